@@ -1,0 +1,121 @@
+"""The jobs the farm runs and the results they return: plain, picklable values.
+
+A job carries everything a worker on another node needs (sources, command lines, target arch)
+and the versions of the driver that made it; a result is either ``Built`` or ``Failed``.
+Failures travel as values until the one wait point (STYLE.md habit 5).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Union
+
+
+@dataclass(frozen=True)
+class Versions:
+    """The toolchain a binary depends on. A worker refuses a job whose versions differ."""
+
+    torch: str
+    triton: str
+
+    @classmethod
+    def here(cls) -> Versions:
+        import torch
+
+        try:
+            import triton
+
+            triton_version = triton.__version__
+        except ImportError:  # a CPU-only install may lack triton; C++ jobs still work
+            triton_version = "none"
+        return cls(torch=torch.__version__, triton=triton_version)
+
+
+@dataclass(frozen=True)
+class TritonJob:
+    """Compile one Inductor Triton kernel module (all its configs) for the target in its source."""
+
+    kernel_name: str
+    source: str
+    versions: Versions
+    extra_env: dict[str, str] = field(default_factory=dict)
+    extra_config: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return _digest("triton", self.source, self.extra_config, self.versions)
+
+    @property
+    def label(self) -> str:
+        return self.kernel_name
+
+
+@dataclass(frozen=True)
+class CppStep:
+    """One compiler invocation of a C++ kernel build (compile, or link)."""
+
+    command: list[str]
+    target: str  # absolute path of the file this step produces
+    build_dir: str  # scratch dir the command runs in
+
+
+@dataclass(frozen=True)
+class CppJob:
+    """Build one C++ kernel library: its steps run in order; every step's target comes back.
+
+    ``inputs`` are the files the steps read that the driver wrote (sources, the precompiled-header
+    text), so a worker on another node can build without a shared filesystem.
+    """
+
+    name: str
+    steps: tuple[CppStep, ...]
+    inputs: dict[str, bytes]
+    versions: Versions
+    lock_path: str = ""
+
+    @property
+    def key(self) -> str:
+        return _digest("cpp", [s.command for s in self.steps], sorted(self.inputs), self.versions)
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+
+Job = Union[TritonJob, CppJob]
+
+
+@dataclass(frozen=True)
+class Built:
+    """A job that succeeded. ``files`` maps absolute paths to bytes the driver must have."""
+
+    key: str
+    label: str
+    seconds: float
+    payload: bytes = b""  # the pickled CachingAutotuner for Triton jobs
+    files: dict[str, bytes] = field(default_factory=dict)
+    node_id: str = ""
+    pid: int = 0
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A job that failed: the compiler's message, where it ran, and whether retrying could help."""
+
+    key: str
+    label: str
+    message: str
+    kind: str = "compile"  # "compile" | "version" | "timeout" | "infrastructure"
+    seconds: float = 0.0
+    node_id: str = ""
+    pid: int = 0
+
+
+Result = Union[Built, Failed]
+
+
+def _digest(*parts: object) -> str:
+    text = json.dumps(parts, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,273 @@
+"""The farm: compile jobs as Ray tasks, with in-flight dedupe, time-outs and a version check.
+
+The only module (with ``connect``) that talks to Ray. Jobs go out as tasks that ask for one CPU
+and never a GPU, spread over the nodes, so CPU-only nodes cross-compile. One dispatcher thread
+waits on every task in flight and resolves each job's ``concurrent.futures.Future`` with a
+``Built`` or ``Failed`` value; it never raises into Inductor's threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .. import kernels
+from ..errors import FarmUnavailableError, VersionMismatchError
+from ..kernels import Failed, Job, Result, Versions
+from ..settings import Settings
+from .stats import Stats
+
+log = logging.getLogger("raycompile.farm")
+
+
+def _execute(job: Job) -> Result:
+    """Runs on a Ray worker: the job, stamped with where it ran."""
+    import ray
+
+    result = kernels.run_job(job)
+    return replace(result, node_id=ray.get_runtime_context().get_node_id(), pid=os.getpid())
+
+
+def _probe() -> dict[str, Any]:
+    """Runs once on each node at first contact: what toolchain and hardware it has."""
+    import ray
+    import torch
+
+    return {
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "hostname": socket.gethostname(),
+        "versions": Versions.here(),
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+    }
+
+
+@dataclass
+class _Pending:
+    job: Job
+    future: Future[Result]
+    deadline: float
+
+
+def _preflight(address: str, timeout: float) -> None:
+    """Fail fast on an address nobody listens on: ray.init would retry for minutes."""
+    if address == "auto":
+        return
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise FarmUnavailableError(address, "expected host:port, ray://host:port or auto")
+    try:
+        with socket.create_connection((host, int(port)), timeout=min(timeout, 10.0)):
+            pass
+    except OSError as e:
+        raise FarmUnavailableError(address, f"nothing answers there ({e})") from None
+
+
+class Farm:
+    """A connection to a Ray cluster that compiles jobs. Create with ``Farm(settings)``; close it.
+
+    Raises FarmUnavailableError when Ray cannot be reached or started, and VersionMismatchError
+    when a node runs another torch or triton than this driver.
+    """
+
+    def __init__(self, settings: Settings, stats: Stats | None = None) -> None:
+        import ray
+
+        self.settings = settings
+        self.stats = stats or Stats()
+        self.versions = Versions.here()
+        self._ray = ray
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._pending: dict[Any, _Pending] = {}
+        self._inflight: dict[str, Future[Result]] = {}
+        self._closed = False
+        self._owns_ray = False
+        self.alive = False
+        self._connect()
+        try:
+            self.nodes = self._check_nodes()
+        except BaseException:
+            self.close()
+            raise
+        self._remote = ray.remote(_execute).options(
+            num_cpus=1, num_gpus=0, scheduling_strategy="SPREAD",
+            max_retries=settings.retries, retry_exceptions=False,
+        )
+        self.alive = True
+        self._thread = threading.Thread(target=self._dispatch, name="raycompile-dispatch", daemon=True)
+        self._thread.start()
+
+    # -- connection --------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        ray, s = self._ray, self.settings
+        if ray.is_initialized():
+            return
+        address = s.address
+        try:
+            if address:
+                _preflight(address, s.connect_timeout_s)
+                ray.init(address=address, namespace=s.namespace, log_to_driver=False,
+                         logging_level=logging.WARNING)
+            else:
+                ray.init(num_cpus=s.num_cpus, namespace=s.namespace, include_dashboard=False,
+                         log_to_driver=False, logging_level=logging.WARNING)
+                self._owns_ray = True
+        except FarmUnavailableError:
+            raise
+        except Exception as e:
+            raise FarmUnavailableError(address or "an embedded local Ray", f"{type(e).__name__}: {e}") from e
+        self._owns_ray = self._owns_ray or bool(address)
+
+    def _check_nodes(self) -> dict[str, dict[str, Any]]:
+        """First contact: probe each alive node; refuse one with another torch or triton."""
+        ray = self._ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        probe = ray.remote(_probe)
+        refs = [
+            probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+            for n in alive
+        ]
+        try:
+            infos = ray.get(refs, timeout=self.settings.connect_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise FarmUnavailableError(
+                self.settings.address or "the embedded local Ray",
+                f"its workers did not answer a probe within {self.settings.connect_timeout_s:.0f} s "
+                "(raise RAYCOMPILE_CONNECT_TIMEOUT_S if workers start slowly)",
+            ) from None
+        for info in infos:
+            if info["versions"] != self.versions:
+                v, d = info["versions"], self.versions
+                raise VersionMismatchError(
+                    f"{info['hostname']} ({info['node_id'][:12]})",
+                    f"torch {d.torch} / triton {d.triton}",
+                    f"torch {v.torch} / triton {v.triton}",
+                )
+        return {info["node_id"]: info for info in infos}
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def submit(self, job: Job) -> Future[Result]:
+        """Send ``job`` to the cluster, or join the identical job already in flight.
+
+        The future resolves to ``Built`` or ``Failed`` (a ``Failed`` of kind "infrastructure"
+        means Ray itself failed, and the caller should compile locally). It never raises.
+        """
+        key = job.key
+        with self._lock:
+            if key in self._inflight:
+                self.stats.add(deduped=1)
+                return self._inflight[key]
+            future: Future[Result] = Future()
+            if not self.alive:
+                future.set_result(Failed(key, job.label, "the Ray cluster is gone", kind="infrastructure"))
+                return future
+            self._inflight[key] = future
+        try:
+            ref = self._remote.remote(job)
+        except Exception as e:  # Ray died between jobs
+            self._mark_dead(e)
+            self._finish(key, future, Failed(key, job.label, f"Ray refused the job: {e}", kind="infrastructure"))
+            return future
+        self.stats.add(jobs=1)
+        with self._lock:
+            self._pending[ref] = _Pending(job, future, time.monotonic() + self.settings.job_timeout_s)
+            self._wake.notify()
+        return future
+
+    def _finish(self, key: str, future: Future[Result], result: Result) -> None:
+        with self._lock:
+            self._inflight.pop(key, None)
+        if result.node_id or isinstance(result, Failed):
+            self.stats.ran(result.node_id, result.pid, result.seconds,
+                           failed=isinstance(result, Failed) and result.kind != "infrastructure")
+        future.set_result(result)
+
+    def _mark_dead(self, error: BaseException) -> None:
+        if self.alive:
+            log.warning("raycompile: the Ray cluster failed (%s); compiling locally from now on", error)
+        self.alive = False
+
+    def _dispatch(self) -> None:
+        ray = self._ray
+        while True:
+            with self._lock:
+                while not self._pending and not self._closed:
+                    self._wake.wait(timeout=1.0)
+                if self._closed:
+                    pending = dict(self._pending)
+                    self._pending.clear()
+                    break
+                refs = list(self._pending)
+            try:
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0.05, fetch_local=True)
+            except Exception as e:  # the cluster itself went away
+                self._mark_dead(e)
+                ready = []
+                with self._lock:
+                    dead, self._pending = dict(self._pending), {}
+                for p in dead.values():
+                    self._finish(p.job.key, p.future,
+                                 Failed(p.job.key, p.job.label, str(e), kind="infrastructure"))
+                continue
+            for ref in ready:
+                with self._lock:
+                    p = self._pending.pop(ref)
+                self._finish(p.job.key, p.future, self._collect(ref, p.job))
+            now = time.monotonic()
+            with self._lock:
+                expired = [(r, p) for r, p in self._pending.items() if p.deadline < now]
+                for r, _ in expired:
+                    del self._pending[r]
+            for ref, p in expired:
+                ray.cancel(ref, force=True)
+                msg = (f"no result within {self.settings.job_timeout_s:.0f} s; raise "
+                       "RAYCOMPILE_JOB_TIMEOUT_S if kernels this large are expected")
+                self._finish(p.job.key, p.future, Failed(p.job.key, p.job.label, msg, kind="timeout"))
+        for p in pending.values():
+            p.future.set_result(Failed(p.job.key, p.job.label, "the farm was closed", kind="infrastructure"))
+
+    def _collect(self, ref: Any, job: Job) -> Result:
+        ray = self._ray
+        try:
+            return ray.get(ref, timeout=self.settings.connect_timeout_s)
+        except ray.exceptions.RayTaskError as e:
+            return Failed(job.key, job.label, str(e))
+        except (ray.exceptions.RayError, ConnectionError, TimeoutError) as e:
+            # worker or node died past its retries, object lost, or the cluster is gone
+            return Failed(job.key, job.label, f"{type(e).__name__}: {e}", kind="infrastructure")
+
+    def workers(self) -> int:
+        """CPUs the cluster offers compile jobs."""
+        try:
+            return int(self._ray.cluster_resources().get("CPU", 0))
+        except Exception:
+            return 0
+
+    def close(self) -> None:
+        """Stop dispatching; shut Ray down if this farm started or connected it."""
+        with self._lock:
+            self._closed = True
+            self._wake.notify_all()
+        thread = getattr(self, "_thread", None)
+        if thread is not None:
+            thread.join(timeout=10)
+        if self._owns_ray and self._ray.is_initialized():
+            self._ray.shutdown()
+        self.alive = False
+
+    def __enter__(self) -> Farm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

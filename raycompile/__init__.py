@@ -1,0 +1,143 @@
+"""raycompile: a compile farm for torch.compile on Ray.
+
+    import raycompile
+    raycompile.enable()            # embedded local Ray; or address="auto" / "host:6379" / RAY_ADDRESS
+    model = torch.compile(model)   # Inductor's kernel compiles now run on the farm
+    raycompile.stats()
+    raycompile.disable()           # stock Inductor again
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from .errors import (
+    CompileError,
+    FarmUnavailableError,
+    KernelSourceError,
+    RaycompileError,
+    SettingsError,
+    UnknownArchError,
+    VersionMismatchError,
+)
+from .settings import Settings
+
+__version__ = "0.1.0"
+log = logging.getLogger("raycompile")
+
+
+class _Session:
+    """What ``enable`` sets up and ``disable`` tears down."""
+
+    def __init__(self, settings: Settings) -> None:
+        from .orchestrator import Farm, Stats
+        from .wrapper import Hooks, Router, stock_pools
+
+        self.settings = settings
+        self.stats = Stats()
+        self.farm: Farm | None = None
+        try:
+            self.farm = Farm(settings, self.stats)
+        except FarmUnavailableError as e:
+            if not settings.fallback:
+                raise
+            log.warning("raycompile: %s\nCompiling locally with stock Inductor; each local compile "
+                        "is counted in raycompile.stats()['fallbacks'].", e)
+        process_pool, submit = stock_pools()
+        self.hooks = Hooks(Router(self.farm, self.stats, process_pool, submit))
+        try:
+            self.hooks.install()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self.hooks_uninstall()
+        if self.farm is not None:
+            self.farm.close()
+
+    def hooks_uninstall(self) -> None:
+        hooks = getattr(self, "hooks", None)
+        if hooks is not None:
+            hooks.uninstall()
+
+
+_lock = threading.Lock()
+_session: _Session | None = None
+_last_stats: dict[str, Any] | None = None
+_atexit_registered = False
+
+
+def enable(address: str | None = None, **settings: Any) -> None:
+    """Route torch.compile's kernel compiles through the farm until ``disable()``.
+
+    ``address``: None starts an embedded local Ray (or joins RAY_ADDRESS); "auto" joins the local
+    cluster; "host:6379" or "ray://host:10001" a remote one. Other keywords are ``Settings``
+    fields (``job_timeout_s``, ``num_cpus``, ``fallback``, ...), each also read from RAYCOMPILE_*.
+
+    Raises SettingsError for a bad setting, VersionMismatchError when a node runs another torch or
+    triton, and FarmUnavailableError when Ray is unreachable and ``fallback=False``. With fallback
+    (the default) an unreachable Ray warns once and compiles locally.
+    """
+    global _session, _atexit_registered
+    resolved = Settings.resolve(address=address, **settings)
+    with _lock:
+        if not _atexit_registered:  # restore stock Inductor before its own atexit hooks run
+            atexit.register(disable)
+            _atexit_registered = True
+        if _session is not None:
+            _close_locked()
+        _session = _Session(resolved)
+
+
+def disable() -> None:
+    """Restore stock Inductor and close the farm (shutting down a Ray this process started)."""
+    with _lock:
+        _close_locked()
+
+
+def _close_locked() -> None:
+    global _session, _last_stats
+    if _session is not None:
+        _last_stats = _session.stats.snapshot()
+        _session.close()
+        _session = None
+
+
+def is_enabled() -> bool:
+    return _session is not None
+
+
+@contextlib.contextmanager
+def enabled(address: str | None = None, **settings: Any) -> Iterator[None]:
+    """``with raycompile.enabled(): ...`` enables the farm for the block, then disables it."""
+    enable(address, **settings)
+    try:
+        yield
+    finally:
+        disable()
+
+
+def stats() -> dict[str, Any]:
+    """Counters of the current session (or of the last one, after ``disable``):
+    jobs, deduped, fallbacks, failures, compile_seconds, nodes (node id -> jobs), workers."""
+    session = _session
+    if session is not None:
+        return session.stats.snapshot()
+    if _last_stats is not None:
+        return dict(_last_stats)
+    from .orchestrator import Stats
+
+    return Stats().snapshot()
+
+
+__all__ = [
+    "CompileError", "FarmUnavailableError", "KernelSourceError", "RaycompileError", "Settings",
+    "SettingsError", "UnknownArchError", "VersionMismatchError", "disable", "enable", "enabled",
+    "is_enabled", "stats",
+]

@@ -1,0 +1,75 @@
+"""The ``raycompile`` command (also ``python -m raycompile``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import RaycompileError
+
+EXAMPLES = {
+    "demo": "example: raycompile demo            # embedded local Ray, three models, checked vs eager",
+    "compile-kernels": (
+        "example: raycompile compile-kernels /tmp/torchinductor_$USER --arch sm_90 --out ./triton-cache\n"
+        "         then point TRITON_CACHE_DIR at ./triton-cache on the GPU nodes"
+    ),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="raycompile", description="A compile farm for torch.compile on Ray.")
+    sub = p.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="compile real models through the farm and check them",
+                          epilog=EXAMPLES["demo"], formatter_class=argparse.RawDescriptionHelpFormatter)
+    demo.add_argument("--address", help="Ray address (default: an embedded local Ray)")
+    demo.add_argument("--num-cpus", type=int, help="CPUs of the embedded local Ray")
+    ck = sub.add_parser("compile-kernels", help="compile Inductor Triton kernel sources on the farm",
+                        epilog=EXAMPLES["compile-kernels"],
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ck.add_argument("paths", nargs="+", metavar="PATH", help="kernel files or dirs to search")
+    ck.add_argument("--address", help="Ray address (default: an embedded local Ray)")
+    ck.add_argument("--arch", help="target, e.g. sm_90 (default: the arch recorded in each source)")
+    ck.add_argument("--out", help="write the Triton cache groups here (a TRITON_CACHE_DIR for GPU nodes)")
+    ck.add_argument("--num-cpus", type=int, help="CPUs of the embedded local Ray")
+    ck.add_argument("--job-timeout", type=float, help="seconds one kernel may take")
+    return p
+
+
+def _compile_kernels(args: argparse.Namespace) -> int:
+    from .kernels.sources import find_kernels
+    from .kernels.triton_compile import parse_arch
+    from .orchestrator import Farm
+    from .orchestrator.batch import compile_kernels
+    from .settings import Settings
+
+    arch = parse_arch(args.arch) if args.arch else None  # bad arch: exit 2 before starting Ray
+    sources = find_kernels(args.paths)
+    if not sources:
+        print(f"raycompile: no Inductor Triton kernels under {' '.join(args.paths)}", file=sys.stderr)
+        return 2
+    settings = Settings.resolve(address=args.address, num_cpus=args.num_cpus,
+                                job_timeout_s=args.job_timeout, fallback=False)
+    with Farm(settings) as farm:
+        report = compile_kernels(farm, sources, arch, args.out)
+    for failure in report.failed:
+        node = f" on node {failure.node_id[:12]}" if failure.node_id else ""
+        print(f"FAILED {failure.label}{node}: {failure.message.strip().splitlines()[-1][:300]}")
+    print(report.line())
+    return 1 if report.failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            from .demo import run_demo
+
+            return run_demo(args.address, args.num_cpus)
+        return _compile_kernels(args)
+    except RaycompileError as e:
+        print(f"raycompile: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""``raycompile demo``: compile real models through the farm on an embedded local Ray, check
+them against eager, and show what ran where."""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+
+from . import disable, enable, stats
+from .models import examples
+from .wrapper import compat
+
+
+def run_demo(address: str | None = None, num_cpus: int | None = None) -> int:
+    """Returns 0 when every compiled model matches eager, else 1."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    print(f"raycompile demo: torch {torch.__version__} on {device}"
+          + (f" ({torch.cuda.get_device_name()})" if device == "cuda" else ""))
+    t0 = time.perf_counter()
+    enable(address, num_cpus=num_cpus)
+    from . import _session
+
+    farm = _session.farm if _session is not None else None
+    print(f"Ray ready in {time.perf_counter() - t0:.1f} s; "
+          + (f"{len(farm.nodes)} node(s), {farm.workers()} CPUs" if farm else "farm unreachable: local"))
+    ok = True
+    rows = []
+    try:
+        for name, (model, args) in examples(device).items():
+            eager = copy.deepcopy(model)(*args)
+            torch._dynamo.reset()
+            before = stats()["jobs"]
+            with compat.fresh_cache():  # a cold compile, so every kernel really goes to the farm
+                start = time.perf_counter()
+                out = torch.compile(model)(*args)
+                seconds = time.perf_counter() - start
+            match = torch.allclose(out, eager, rtol=1e-4, atol=1e-4)
+            ok &= match
+            rows.append((name, stats()["jobs"] - before, seconds, "ok" if match else "MISMATCH"))
+    finally:
+        final = stats()
+        disable()
+    print(f"\n{'model':<20}{'jobs':>6}{'compile s':>11}  vs eager")
+    for name, jobs, seconds, verdict in rows:
+        print(f"{name:<20}{jobs:>6}{seconds:>11.1f}  {verdict}")
+    print(f"\n{'node':<16}{'host':<20}{'jobs':>6}")
+    for node, count in sorted(final["nodes"].items()):
+        host = farm.nodes.get(node, {}).get("hostname", "?") if farm else "?"
+        print(f"{node[:12]:<16}{host:<20}{count:>6}")
+    print(f"\njobs {final['jobs']}  deduped {final['deduped']}  fallbacks {final['fallbacks']}  "
+          f"failures {final['failures']}  compile seconds (summed on workers) {final['compile_seconds']:.1f}  "
+          f"worker processes {len(final['workers'])}")
+    print(f"total {time.perf_counter() - t0:.1f} s: {'all outputs match eager' if ok else 'MISMATCH'}")
+    return 0 if ok else 1

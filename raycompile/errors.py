@@ -1,0 +1,86 @@
+"""raycompile's exceptions. Each says what went wrong and what to do next, and pickles
+(``__reduce__``), so it survives a trip through Ray."""
+
+from __future__ import annotations
+
+
+class RaycompileError(Exception):
+    """Base class of every error raycompile raises."""
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (self.__class__, self.args)
+
+
+class CompileError(RaycompileError):
+    """A kernel failed to compile on the farm."""
+
+    def __init__(self, kernel: str, node: str, message: str) -> None:
+        self.kernel, self.node, self.message = kernel, node, message
+        super().__init__(kernel, node, message)
+
+    def __str__(self) -> str:
+        where = f" on node {self.node}" if self.node else ""
+        return (
+            f"kernel {self.kernel!r} failed to compile{where}:\n{self.message}\n"
+            "The other kernels are unaffected. If the source is Inductor's, re-run with "
+            "raycompile.disable() to see whether stock Inductor fails too, and report it."
+        )
+
+
+class VersionMismatchError(RaycompileError):
+    """A worker runs another torch or triton than the driver; its binaries would be wrong."""
+
+    def __init__(self, node: str, driver: str, worker: str) -> None:
+        self.node, self.driver, self.worker = node, driver, worker
+        super().__init__(node, driver, worker)
+
+    def __str__(self) -> str:
+        return (
+            f"worker node {self.node} runs {self.worker}, but this driver runs {self.driver}. "
+            "Install the same torch and triton on every node (cluster.yaml's setup_commands), "
+            "or leave that node out of the cluster."
+        )
+
+
+class FarmUnavailableError(RaycompileError):
+    """Ray could not be reached (or started) and local fallback was turned off."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        self.address, self.reason = address, reason
+        super().__init__(address, reason)
+
+    def __str__(self) -> str:
+        return (
+            f"cannot reach Ray at {self.address}: {self.reason}. Start a cluster with "
+            "`ray start --head`, pass its address (address='host:6379', RAY_ADDRESS, or --address), "
+            "or leave out the address to start an embedded local Ray."
+        )
+
+
+class KernelSourceError(RaycompileError):
+    """A file or source is not an Inductor-generated Triton kernel raycompile can compile."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path, self.reason = path, reason
+        super().__init__(path, reason)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}: {self.reason}. Pass Inductor kernel modules (the .py files under "
+            "TORCHINDUCTOR_CACHE_DIR or a debug dir that hold @triton.jit with triton_meta)."
+        )
+
+
+class UnknownArchError(RaycompileError, ValueError):
+    """An arch raycompile cannot build for."""
+
+    def __init__(self, arch: str, known: str) -> None:
+        self.arch, self.known = arch, known
+        super().__init__(arch, known)
+
+    def __str__(self) -> str:
+        return f"unknown arch {self.arch!r}: pass one of {self.known}"
+
+
+class SettingsError(RaycompileError, ValueError):
+    """A setting (argument or RAYCOMPILE_* variable) has a value raycompile cannot use."""

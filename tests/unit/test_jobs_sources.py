@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import re
+
+import pytest
+
+from raycompile.errors import KernelSourceError, UnknownArchError
+from raycompile.kernels import CppJob, CppStep, Failed, TritonJob, Versions, run_job
+from raycompile.kernels.sources import find_kernels, read_kernel
+from raycompile.kernels.triton_compile import parse_arch, retarget, target_of
+
+V = Versions(torch="2.13.0", triton="3.9.0")
+
+
+def test_triton_job_key_changes_with_each_input() -> None:
+    base = TritonJob("k", "src", V, {}, {"use_static_triton_launcher": True})
+    keys = {base.key}
+    for change in (dict(source="src2"), dict(versions=Versions("2.11.0", "3.9.0")),
+                   dict(versions=Versions("2.13.0", "3.6.0")), dict(extra_config={})):
+        keys.add(dataclasses.replace(base, **change).key)
+    assert len(keys) == 5
+    assert dataclasses.replace(base, extra_env={"TRITON_CACHE_DIR": "/elsewhere"}).key == base.key
+
+
+def test_corpus_is_found_and_read(corpus: pathlib.Path) -> None:
+    kernels = find_kernels([str(corpus)])
+    manifest = json.loads((corpus.parent / "MANIFEST.json").read_text())
+    assert len(kernels) == manifest["kernels"] == 70
+    assert all(k.name.startswith("triton_") for k in kernels)
+    assert {target_of(k.source) for k in kernels} == {("cuda", 90, 32)}
+
+
+def test_not_a_kernel(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "wrapper.py").write_text("def call(args):\n    return args\n")
+    with pytest.raises(KernelSourceError, match="not an Inductor Triton kernel"):
+        read_kernel(str(tmp_path / "wrapper.py"))
+    assert find_kernels([str(tmp_path)]) == []  # walking a dir skips non-kernels
+    with pytest.raises(KernelSourceError, match="no such file"):
+        find_kernels([str(tmp_path / "missing.py")])
+
+
+@pytest.mark.parametrize("arch,cc", [("sm_90", 90), ("sm80", 80), ("90a", 90), ("SM_86", 86)])
+def test_parse_arch(arch: str, cc: int) -> None:
+    assert parse_arch(arch) == cc
+
+
+@pytest.mark.parametrize("arch", ["sm_42", "foo", "", "sm_9", "gfx90a"])
+def test_unknown_arch(arch: str) -> None:
+    with pytest.raises(UnknownArchError, match="sm_90"):
+        parse_arch(arch)
+
+
+def test_retarget(corpus_files: list[pathlib.Path]) -> None:
+    src = corpus_files[0].read_text()
+    out = retarget(src, 80)
+    assert target_of(out) == ("cuda", 80, 32)
+    assert re.search(r"cc=80, major=8", out) and out.replace("cc=80, major=8", "cc=90, major=9") == src
+
+
+def test_worker_refuses_job_from_another_version() -> None:
+    job = CppJob("x.so", (CppStep(["true"], "/nonexistent/x.so", "/tmp/b"),), {}, Versions("1.0.0", "0.0.1"))
+    result = run_job(job)
+    assert isinstance(result, Failed) and result.kind == "version"
+    here = Versions.here()
+    assert "1.0.0" in result.message and here.torch in result.message and here.triton in result.message

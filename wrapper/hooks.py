@@ -1,0 +1,192 @@
+"""Routes Inductor's kernel compiles to the farm while it is enabled.
+
+Two seams (DESIGN.md): ``AsyncCompile.process_pool()``, where Triton compiles (and max-autotune
+template precompiles) are submitted, and ``AsyncCompile.submit``, the ``submit_fn`` of every C++
+kernel build. Both are replaced by ``install`` and restored by ``uninstall``. A job the farm
+cannot take (Ray gone, fallback) goes to the stock pool it replaced, counted in ``fallbacks``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import pickle
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from ..cache import publish
+from ..errors import CompileError
+from ..kernels import Built, CppJob, CppStep, Failed, Job, Result, TritonJob, Versions
+from ..kernels.cpp_compile import resolve_command
+from . import compat
+
+log = logging.getLogger("raycompile.hooks")
+
+
+def triton_job(fn: Callable[..., Any], args: tuple[Any, ...], versions: Versions) -> TritonJob | None:
+    parts = compat.triton_job_args(fn, args)
+    if parts is None:
+        return None
+    name, source, env, config = parts
+    return TritonJob(name, source, versions, env, config)
+
+
+def cpp_job(task: Callable[..., Any], versions: Versions) -> CppJob | None:
+    """Turn Inductor's C++ build partial into a self-contained job: resolved command lines (with
+    ``-march=native`` expanded for THIS machine) and the input files a remote node lacks."""
+    parts = compat.cpp_job_parts(task)
+    if parts is None:
+        return None
+    lock_path, builders = parts
+    steps: list[CppStep] = []
+    inputs: dict[str, bytes] = {}
+    produced: set[str] = set()
+    for builder in builders:
+        command, target, sources, _ = compat.builder_parts(builder)
+        argv = resolve_command(command)
+        needed = [s for s in sources if s not in produced]
+        needed += [argv[i + 1] for i, t in enumerate(argv[:-1]) if t == "-include"]
+        for path in needed:
+            if os.path.isfile(path):
+                with open(path, "rb") as f:
+                    inputs[path] = f.read()
+        steps.append(CppStep(argv, target, f"{target}.rcbuild"))
+        produced.add(target)
+    name = os.path.basename(steps[-1].target)
+    return CppJob(name, tuple(steps), inputs, versions, lock_path)
+
+
+class Router:
+    """Sends jobs to the farm (or the stock pools) and turns results into what Inductor expects."""
+
+    def __init__(self, farm: Any | None, stats: Any, stock_process_pool: Callable[[], Any],
+                 stock_submit: Callable[[Callable[[], Any]], Any]) -> None:
+        self.farm = farm
+        self.stats = stats
+        self.versions = Versions.here()
+        self._stock_process_pool = stock_process_pool
+        self._stock_submit = stock_submit
+        self._warned = False
+        self._lock = threading.Lock()
+
+    # Inductor's process pool interface ---------------------------------------------------------
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        job = triton_job(fn, args, self.versions)
+        if job is None:
+            if getattr(fn, "__name__", "") == "_get_ready":  # Inductor's readiness probe
+                ready: Future[Any] = Future()
+                ready.set_result(fn(*args))
+                return ready
+            return self._stock_process_pool().submit(fn, *args)  # not a compile: stock pool
+        return self._route(job, lambda: self._stock_process_pool().submit(fn, *args))
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        """Inductor calls this at exit; the farm is closed by ``raycompile.disable``."""
+
+    # AsyncCompile.submit (C++ builds) ----------------------------------------------------------
+
+    def submit_task(self, task: Callable[[], Any]) -> Any:
+        job = cpp_job(task, self.versions)
+        if job is None:
+            return self._stock_submit(task)
+        return self._route(job, lambda: self._stock_submit(task))
+
+    # ------------------------------------------------------------------------------------------
+
+    def _route(self, job: Job, local: Callable[[], Any]) -> Future[Any]:
+        if self.farm is None or not self.farm.alive:
+            return self._fallback(local, "the Ray cluster is not reachable")
+        out: Future[Any] = Future()
+        self.farm.submit(job).add_done_callback(lambda f: self._deliver(f.result(), job, out, local))
+        return out
+
+    def _fallback(self, local: Callable[[], Any], why: str) -> Future[Any]:
+        self.stats.add(fallbacks=1)
+        with self._lock:
+            warn, self._warned = not self._warned, True
+        if warn:
+            log.warning("raycompile: %s; compiling locally with stock Inductor (counted in "
+                        "raycompile.stats()['fallbacks'])", why)
+        result = local()
+        if isinstance(result, Future):
+            return result
+        done: Future[Any] = Future()
+        done.set_result(result)
+        return done
+
+    def _deliver(self, result: Result, job: Job, out: Future[Any], local: Callable[[], Any]) -> None:
+        try:
+            if isinstance(result, Failed):
+                if result.kind == "infrastructure":
+                    _chain(self._fallback(local, f"a job failed in Ray ({result.message})"), out)
+                    return
+                raise CompileError(job.label, result.node_id, result.message)
+            out.set_result(self._unpack(result, job))
+        except BaseException as e:
+            out.set_exception(e)
+
+    @staticmethod
+    def _unpack(result: Built, job: Job) -> Any:
+        publish(result.files)  # .so/.o at the paths Inductor loads; Triton's cache group
+        if isinstance(job, TritonJob):
+            return pickle.loads(result.payload), int(result.seconds * 1e6)
+        return None
+
+
+def _chain(source: Future[Any], target: Future[Any]) -> None:
+    def copy(f: Future[Any]) -> None:
+        if f.exception() is not None:
+            target.set_exception(f.exception())
+        else:
+            target.set_result(f.result())
+
+    source.add_done_callback(copy)
+
+
+class Hooks:
+    """Installs a Router into Inductor's async compile; ``uninstall`` restores stock exactly."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self._saved: dict[str, Any] = {}
+
+    def install(self) -> None:
+        compat.check()
+        ac = compat.async_compile_class()
+        config = compat.inductor_config()
+        self._saved = {
+            "process_pool": ac.__dict__["process_pool"],
+            "submit": ac.__dict__["submit"],
+            "compile_threads": config.compile_threads,
+        }
+        router = self.router
+        # lru_cache, like the stock one: Inductor's atexit hook calls process_pool.cache_clear()
+        ac.process_pool = staticmethod(functools.lru_cache(1)(lambda: router))
+        ac.submit = classmethod(lambda cls, task: router.submit_task(task))
+        ac._ready_future = None
+        # Inductor compiles synchronously in-process when it has one compile thread; the farm
+        # is the pool, so ask for the asynchronous path whatever this machine's core count.
+        threads = config.compile_threads or config.decide_compile_threads()
+        config.compile_threads = max(2, threads)
+
+    def uninstall(self) -> None:
+        if not self._saved:
+            return
+        ac = compat.async_compile_class()
+        ac.process_pool = self._saved["process_pool"]
+        ac.submit = self._saved["submit"]
+        ac._ready_future = None
+        compat.inductor_config().compile_threads = self._saved["compile_threads"]
+        self._saved = {}
+
+
+def stock_pools() -> tuple[Callable[[], Any], Callable[[Callable[[], Any]], Any]]:
+    """The stock process pool factory and thread-pool submit, captured before install."""
+    ac = compat.async_compile_class()
+    process_pool = ac.__dict__["process_pool"].__func__
+    submit = ac.__dict__["submit"].__func__
+    return process_pool, lambda task: submit(ac, task)
