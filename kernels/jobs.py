@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Union
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ class CppJob:
         return self.name
 
 
-Job = Union[TritonJob, CppJob]
+Job = TritonJob | CppJob
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,7 @@ class Failed:
     pid: int = 0
 
 
-Result = Union[Built, Failed]
+Result = Built | Failed
 
 
 def _digest(*parts: object) -> str:

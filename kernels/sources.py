@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..errors import KernelSourceError
 
-_KERNEL_DEF = re.compile(r"^@triton\.jit\s*\ndef (\w+)\(", re.M)
+_KERNEL_DEF = re.compile(r"^@triton\.jit\s*\ndef (\w+)\(", re.MULTILINE)
 
 
 @dataclass(frozen=True)

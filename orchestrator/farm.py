@@ -108,9 +108,13 @@ class Farm:
 
     def _connect(self) -> None:
         ray, s = self._ray, self.settings
-        if ray.is_initialized():
-            return
         address = s.address
+        if ray.is_initialized():
+            current = ray.get_runtime_context().gcs_address
+            if address and address != "auto" and address.removeprefix("ray://") != current:
+                raise FarmUnavailableError(address, f"this process is already connected to Ray at "
+                                                    f"{current}; call ray.shutdown() first")
+            return
         try:
             if address:
                 _preflight(address, s.connect_timeout_s)

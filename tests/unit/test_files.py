@@ -4,7 +4,6 @@ import os
 import pathlib
 
 import pytest
-
 from raycompile.cache import files
 
 

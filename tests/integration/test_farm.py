@@ -1,0 +1,59 @@
+"""The farm's behaviour with real Ray and real compilers: dedupe, failures at the wait point,
+time-outs, fallback when Ray is unreachable."""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+import shutil
+import time
+
+import pytest
+from raycompile.kernels import Built, CppJob, CppStep, Failed, TritonJob, Versions
+from raycompile.kernels.sources import read_kernel
+from raycompile.orchestrator import Farm
+from raycompile.wrapper import compat
+
+import raycompile
+from raycompile.errors import CompileError
+from raycompile.settings import Settings
+
+
+def test_identical_jobs_in_flight_compile_once(local_ray: None, corpus_files: list[pathlib.Path]) -> None:
+    src = read_kernel(str(corpus_files[3]))
+    job = TritonJob(src.name, src.source, Versions.here())
+    with Farm(Settings.resolve()) as farm:
+        futures = [farm.submit(job) for _ in range(4)]
+        results = [f.result(timeout=120) for f in futures]
+        assert all(isinstance(r, Built) for r in results)
+        assert farm.stats.jobs == 1 and farm.stats.deduped == 3
+
+
+def test_broken_kernel_raises_compile_error_at_wait_others_unaffected(
+        farm_on: None, corpus_files: list[pathlib.Path]) -> None:
+    """Through Inductor's own pool interface, as AsyncCompile.triton calls it."""
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+    from torch._inductor.runtime.compile_tasks import _worker_compile_triton
+
+    pool = compat.async_compile_class().process_pool()
+    good, bad = read_kernel(str(corpus_files[5])), read_kernel(str(corpus_files[6]))
+    broken = bad.source.replace("@triton.jit\ndef ", "@triton.jit\ndef (", 1)
+    futs = [pool.submit(_worker_compile_triton, functools.partial(_load_triton_kernel_from_source, n, s), {}, {})
+            for n, s in ((bad.name, broken), (good.name, good.source))]
+    with pytest.raises(CompileError) as info:
+        futs[0].result(timeout=120)
+    assert info.value.kernel == bad.name and info.value.node and "SyntaxError" in info.value.message
+    kernel, elapsed_us = futs[1].result(timeout=120)
+    assert kernel.compile_results and elapsed_us > 0
+    assert raycompile.stats()["failures"] == 1
+
+
+def test_a_hung_job_times_out(local_ray: None, tmp_path: pathlib.Path) -> None:
+    sleep = shutil.which("sleep")
+    job = CppJob("hang.so", (CppStep([sleep, "60"], str(tmp_path / "hang.so"), str(tmp_path / "b")),),
+                 {}, Versions.here(), str(tmp_path / "l.lock"))
+    with Farm(Settings.resolve(job_timeout_s=2)) as farm:
+        start = time.monotonic()
+        result = farm.submit(job).result(timeout=60)
+        assert isinstance(result, Failed) and result.kind == "timeout"
+        assert "RAYCOMPILE_JOB_TIMEOUT_S" in result.message and time.monotonic() - start < 30

@@ -1,0 +1,59 @@
+"""Several Ray nodes on one machine (ray.cluster_utils.Cluster): a CPU-only compile node and a
+node with a fake GPU resource. Compile jobs ask for no GPU and spread over both."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import raycompile
+from raycompile.kernels import Built, TritonJob, Versions
+from raycompile.kernels.sources import find_kernels
+from raycompile.models import examples
+from raycompile.orchestrator import Farm
+from raycompile.settings import Settings
+from raycompile.wrapper import compat
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[object]:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1, num_gpus=1, resources={"fake_gpu_node": 1})  # a GPU node, minus the GPU
+    ray.init(address=cluster.address, log_to_driver=False, namespace="raycompile")
+    cluster.wait_for_nodes()
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def test_model_compile_jobs_spread_over_both_nodes(two_nodes: object) -> None:
+    model, args = examples()["transformer_block"]
+    torch._dynamo.reset()
+    with compat.fresh_cache():
+        stock = torch.compile(model)(*args)
+    raycompile.enable(address="auto")
+    try:
+        torch._dynamo.reset()
+        with compat.fresh_cache():
+            out = torch.compile(model)(*args)
+        s = raycompile.stats()
+    finally:
+        raycompile.disable()
+    assert torch.equal(out, stock)
+    assert len(s["nodes"]) == 2 and s["jobs"] == sum(s["nodes"].values())
+
+
+def test_cross_compile_on_both_nodes(two_nodes: object, corpus: pathlib.Path) -> None:
+    sources = [k for k in find_kernels([str(corpus)]) if "triton_heuristics.template" not in k.source][:8]
+    with Farm(Settings.resolve(address="auto")) as farm:
+        assert len(farm.nodes) == 2
+        results = [f.result(timeout=300) for f in
+                   [farm.submit(TritonJob(k.name, k.source, Versions.here())) for k in sources]]
+        assert all(isinstance(r, Built) for r in results)
+        assert len({r.node_id for r in results}) == 2
