@@ -47,6 +47,19 @@ def _probe() -> dict[str, Any]:
     }
 
 
+def _warm() -> int:
+    """Runs once per worker slot at start-up: pay the imports before the first real job does."""
+    import torch._inductor.codecache  # noqa: F401
+    import torch._inductor.runtime.triton_heuristics  # noqa: F401
+
+    try:
+        import triton.compiler  # noqa: F401
+    except ImportError:
+        pass
+    time.sleep(0.1)  # hold the CPU so the next warm task needs another worker
+    return os.getpid()
+
+
 @dataclass
 class _Pending:
     job: Job
@@ -100,6 +113,12 @@ class Farm:
             num_cpus=1, num_gpus=0, scheduling_strategy="SPREAD",
             max_retries=settings.retries, retry_exceptions=False,
         )
+        # Start one worker per CPU now, in the background: a worker's first job would otherwise
+        # pay for importing torch and Inductor (seconds) inside the compile.
+        self._warm_refs = [
+            ray.remote(_warm).options(num_cpus=1, scheduling_strategy="SPREAD").remote()
+            for _ in range(min(self.workers(), 256))
+        ]
         self.alive = True
         self._thread = threading.Thread(target=self._dispatch, name="raycompile-dispatch", daemon=True)
         self._thread.start()
@@ -250,6 +269,12 @@ class Farm:
         except (ray.exceptions.RayError, ConnectionError, TimeoutError) as e:
             # worker or node died past its retries, object lost, or the cluster is gone
             return Failed(job.key, job.label, f"{type(e).__name__}: {e}", kind="infrastructure")
+
+    def wait_warm(self, timeout: float | None = None) -> int:
+        """Wait until the start-up warm-up has run on every worker slot; return the workers warmed."""
+        ready, _ = self._ray.wait(self._warm_refs, num_returns=len(self._warm_refs),
+                                  timeout=timeout or self.settings.connect_timeout_s)
+        return len(set(self._ray.get(ready)))
 
     def workers(self) -> int:
         """CPUs the cluster offers compile jobs."""

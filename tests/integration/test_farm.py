@@ -9,14 +9,14 @@ import shutil
 import time
 
 import pytest
-from raycompile.kernels import Built, CppJob, CppStep, Failed, TritonJob, Versions
-from raycompile.kernels.sources import read_kernel
-from raycompile.orchestrator import Farm
-from raycompile.wrapper import compat
 
 import raycompile
 from raycompile.errors import CompileError
+from raycompile.kernels import Built, CppJob, CppStep, Failed, TritonJob, Versions
+from raycompile.kernels.sources import read_kernel
+from raycompile.orchestrator import Farm
 from raycompile.settings import Settings
+from raycompile.wrapper import compat
 
 
 def test_identical_jobs_in_flight_compile_once(local_ray: None, corpus_files: list[pathlib.Path]) -> None:

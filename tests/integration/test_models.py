@@ -7,10 +7,10 @@ import os
 
 import pytest
 import torch
-from raycompile.wrapper import compat
 
 import raycompile
 from raycompile.models import examples
+from raycompile.wrapper import compat
 
 
 def compile_fresh(model: torch.nn.Module, args: tuple[torch.Tensor, ...], **kw: object) -> torch.Tensor:

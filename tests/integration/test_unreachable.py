@@ -6,11 +6,11 @@ import time
 
 import pytest
 import torch
-from raycompile.wrapper import compat
 
 import raycompile
 from raycompile.errors import FarmUnavailableError
 from raycompile.models import examples
+from raycompile.wrapper import compat
 
 
 def test_unreachable_ray_falls_back_to_local_compiles(caplog: pytest.LogCaptureFixture) -> None:

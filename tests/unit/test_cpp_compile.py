@@ -5,6 +5,7 @@ import pathlib
 import shutil
 
 import pytest
+
 from raycompile.kernels import Built, CppJob, CppStep, Failed, Versions, run_job
 from raycompile.kernels.cpp_compile import native_march_flags, resolve_command
 

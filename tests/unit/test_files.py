@@ -4,6 +4,7 @@ import os
 import pathlib
 
 import pytest
+
 from raycompile.cache import files
 
 

@@ -6,11 +6,11 @@ import pathlib
 import re
 
 import pytest
+
+from raycompile.errors import KernelSourceError, UnknownArchError
 from raycompile.kernels import CppJob, CppStep, Failed, TritonJob, Versions, run_job
 from raycompile.kernels.sources import find_kernels, read_kernel
 from raycompile.kernels.triton_compile import parse_arch, retarget, target_of
-
-from raycompile.errors import KernelSourceError, UnknownArchError
 
 V = Versions(torch="2.13.0", triton="3.9.0")
 

@@ -7,6 +7,7 @@ import json
 import pathlib
 
 import pytest
+
 from raycompile.kernels import Built, Failed, TritonJob, Versions, run_job
 from raycompile.kernels.sources import read_kernel
 from raycompile.kernels.triton_compile import retarget

@@ -1,0 +1,127 @@
+"""Fan-out benchmark: the same corpus of real Triton kernel compiles run serially, on Inductor's
+own SubprocPool, and on the farm (Ray), with the same number of workers.
+
+    python benchmarks/fanout.py [--workers N] [--copies C] [--corpus DIR]
+
+Each copy of the corpus renames its kernels, so every job is a real compile (no Triton cache hit),
+and each mode gets a fresh TRITON_CACHE_DIR. All three modes run the same job function
+(``raycompile.kernels.run_job``), so the comparison is of executors alone. On a machine without a
+GPU the jobs cross-compile for the arch recorded in the sources.
+
+Prints a table, the farm/SubprocPool ratio, and the farm's share of the limit
+(sum of job times / workers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import re
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+DEFAULT_CORPUS = HERE.parent / "tests" / "fixtures" / "corpus_torch211" / "kernels"
+
+
+def make_jobs(corpus: pathlib.Path, copies: int) -> list:
+    from raycompile.kernels import TritonJob, Versions
+    from raycompile.kernels.sources import find_kernels
+
+    versions = Versions.here()
+    jobs = []
+    for c in range(copies):
+        for k in find_kernels([str(corpus)]):
+            name = f"{k.name}_c{c}"
+            source = re.sub(rf"\bdef {k.name}\(", f"def {name}(", k.source)
+            jobs.append(TritonJob(name, source, versions))
+    return jobs
+
+
+def fresh_triton_cache() -> None:
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="fanout-triton-")
+
+
+def run_serial(jobs: list) -> tuple[float, float]:
+    from raycompile.kernels import Built, run_job
+
+    fresh_triton_cache()
+    start = time.perf_counter()
+    results = [run_job(j) for j in jobs]
+    assert all(isinstance(r, Built) for r in results), [r for r in results if not isinstance(r, Built)][:1]
+    return time.perf_counter() - start, sum(r.seconds for r in results)
+
+
+def run_subproc(jobs: list, workers: int) -> tuple[float, float]:
+    from torch._inductor.compile_worker.subproc_pool import SubprocPool
+
+    from raycompile.kernels import Built, run_job
+
+    fresh_triton_cache()
+    pool = SubprocPool(workers)
+    try:
+        pool.submit(os.getpid).result(timeout=300)  # start-up is not part of the timing
+        start = time.perf_counter()
+        results = [f.result(timeout=600) for f in [pool.submit(run_job, j) for j in jobs]]
+        wall = time.perf_counter() - start
+    finally:
+        pool.shutdown()
+    assert all(isinstance(r, Built) for r in results)
+    return wall, sum(r.seconds for r in results)
+
+
+def run_farm(jobs: list, workers: int) -> tuple[float, float]:
+    import ray
+
+    from raycompile.kernels import Built
+    from raycompile.orchestrator import Farm
+    from raycompile.settings import Settings
+
+    fresh_triton_cache()
+    with Farm(Settings.resolve(num_cpus=workers)) as farm:
+        farm.wait_warm(timeout=300)  # worker start-up is not part of the timing, as for SubprocPool
+        start = time.perf_counter()
+        results = [f.result(timeout=600) for f in [farm.submit(j) for j in jobs]]
+        wall = time.perf_counter() - start
+    assert not ray.is_initialized()
+    assert all(isinstance(r, Built) for r in results), [r for r in results if not isinstance(r, Built)][:1]
+    return wall, sum(r.seconds for r in results)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workers", type=int, default=os.cpu_count())
+    p.add_argument("--copies", type=int, default=2)
+    p.add_argument("--corpus", type=pathlib.Path, default=DEFAULT_CORPUS)
+    p.add_argument("--skip-serial", action="store_true", help="estimate serial from the farm's job times")
+    args = p.parse_args()
+    import torch
+
+    jobs = make_jobs(args.corpus, args.copies)
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none (cross-compiling)"
+    print(f"fanout: {len(jobs)} Triton compile jobs, {args.workers} workers, {os.cpu_count()} CPUs, "
+          f"GPU {gpu}, torch {torch.__version__}", flush=True)
+    rows = []
+    if not args.skip_serial:
+        rows.append(("serial (1 process)",) + run_serial(jobs))
+        print(f"  serial done in {rows[-1][1]:.1f} s", flush=True)
+    rows.append((f"Inductor SubprocPool ({args.workers})",) + run_subproc(jobs, args.workers))
+    print(f"  SubprocPool done in {rows[-1][1]:.1f} s", flush=True)
+    rows.append((f"raycompile farm ({args.workers})",) + run_farm(jobs, args.workers))
+    print(f"  farm done in {rows[-1][1]:.1f} s", flush=True)
+    print(f"\n{'mode':<30}{'wall s':>10}{'sum of job s':>14}")
+    for name, wall, total in rows:
+        print(f"{name:<30}{wall:>10.2f}{total:>14.1f}")
+    subproc, farm = rows[-2], rows[-1]
+    # the limit: the serial sum of job times spread perfectly over the workers (DESIGN.md)
+    serial_sum = rows[0][2] if not args.skip_serial else farm[2]
+    limit = serial_sum / args.workers
+    print(f"\nfarm / SubprocPool = {farm[1] / subproc[1]:.2f}   (goal <= 1.0)")
+    print(f"farm share of the limit (serial job s / workers = {limit:.2f} s) = {limit / farm[1]:.0%}"
+          "   (goal >= 85%)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
