@@ -97,6 +97,7 @@ class Built:
     files: dict[str, bytes] = field(default_factory=dict)
     node_id: str = ""
     pid: int = 0
+    started: float = 0.0  # wall clock (epoch s) on the worker when the job began
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class Failed:
     seconds: float = 0.0
     node_id: str = ""
     pid: int = 0
+    started: float = 0.0
 
 
 Result = Built | Failed

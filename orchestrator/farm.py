@@ -21,6 +21,7 @@ from .. import kernels
 from ..errors import FarmUnavailableError, VersionMismatchError
 from ..kernels import Failed, Job, Result, Versions
 from ..settings import Settings
+from .progress import Progress
 from .stats import Stats
 
 log = logging.getLogger("raycompile.farm")
@@ -30,8 +31,9 @@ def _execute(job: Job) -> Result:
     """Runs on a Ray worker: the job, stamped with where it ran."""
     import ray
 
+    started = time.time()
     result = kernels.run_job(job)
-    return replace(result, node_id=ray.get_runtime_context().get_node_id(), pid=os.getpid())
+    return replace(result, node_id=ray.get_runtime_context().get_node_id(), pid=os.getpid(), started=started)
 
 
 def _probe() -> dict[str, Any]:
@@ -89,11 +91,12 @@ class Farm:
     when a node runs another torch or triton than this driver.
     """
 
-    def __init__(self, settings: Settings, stats: Stats | None = None) -> None:
+    def __init__(self, settings: Settings, stats: Stats | None = None, progress: Progress | None = None) -> None:
         import ray
 
         self.settings = settings
         self.stats = stats or Stats()
+        self.progress = progress
         self.versions = Versions.here()
         self._ray = ray
         self._lock = threading.Lock()
@@ -140,7 +143,7 @@ class Farm:
                 ray.init(address=address, namespace=s.namespace, log_to_driver=False,
                          logging_level=logging.WARNING)
             else:
-                ray.init(num_cpus=s.num_cpus, namespace=s.namespace, include_dashboard=False,
+                ray.init(address="local", num_cpus=s.num_cpus, namespace=s.namespace, include_dashboard=False,
                          log_to_driver=False, logging_level=logging.WARNING)
                 self._owns_ray = True
         except FarmUnavailableError:
@@ -203,6 +206,8 @@ class Farm:
             self._finish(key, future, Failed(key, job.label, f"Ray refused the job: {e}", kind="infrastructure"))
             return future
         self.stats.add(jobs=1)
+        if self.progress is not None:
+            self.progress.submitted()
         with self._lock:
             self._pending[ref] = _Pending(job, future, time.monotonic() + self.settings.job_timeout_s)
             self._wake.notify()
@@ -211,9 +216,9 @@ class Farm:
     def _finish(self, key: str, future: Future[Result], result: Result) -> None:
         with self._lock:
             self._inflight.pop(key, None)
-        if result.node_id or isinstance(result, Failed):
-            self.stats.ran(result.node_id, result.pid, result.seconds,
-                           failed=isinstance(result, Failed) and result.kind != "infrastructure")
+        self.stats.ran(result)
+        if self.progress is not None:
+            self.progress.finished(result)
         future.set_result(result)
 
     def _mark_dead(self, error: BaseException) -> None:
@@ -291,6 +296,8 @@ class Farm:
         thread = getattr(self, "_thread", None)
         if thread is not None:
             thread.join(timeout=10)
+        if self.progress is not None:
+            self.progress.close()
         if self._owns_ray and self._ray.is_initialized():
             self._ray.shutdown()
         self.alive = False

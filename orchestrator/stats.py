@@ -1,10 +1,24 @@
-"""Counters of what the farm did. They double as the test seam for "compiled once"."""
+"""Counters of what the farm did, and a record of each job. The counters double as the test seam
+for "compiled once"; the records feed the summary and the trace."""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
+
+from ..kernels import Failed, Result
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    label: str
+    node_id: str
+    pid: int
+    started: float  # epoch seconds on the worker; 0 when the job never ran (infrastructure)
+    seconds: float
+    outcome: str  # "compiled" | "failed" | "timeout" | "version" | "infrastructure"
 
 
 class Stats:
@@ -15,24 +29,34 @@ class Stats:
         self.jobs = 0  # tasks sent to Ray
         self.deduped = 0  # requests answered by a job already in flight
         self.fallbacks = 0  # compiles that ran locally because Ray was unreachable or died
-        self.failures = 0  # jobs that ended in an error
+        self.failures = 0  # jobs that ended in an error of the kernel (not of Ray)
         self.compile_seconds = 0.0  # summed over jobs, as measured on the workers
         self.nodes: Counter[str] = Counter()  # node id -> jobs run there
         self.workers: Counter[int] = Counter()  # worker pid -> jobs run there
+        self.records: list[JobRecord] = []
 
     def add(self, **deltas: float) -> None:
         with self._lock:
             for name, delta in deltas.items():
                 setattr(self, name, getattr(self, name) + delta)
 
-    def ran(self, node_id: str, pid: int, seconds: float, failed: bool) -> None:
+    def ran(self, result: Result) -> None:
+        """Count a finished job."""
+        failed = isinstance(result, Failed)
+        outcome = ("failed" if result.kind == "compile" else result.kind) if failed else "compiled"
         with self._lock:
-            self.compile_seconds += seconds
-            self.failures += int(failed)
-            if node_id:
-                self.nodes[node_id] += 1
-            if pid:
-                self.workers[pid] += 1
+            self.compile_seconds += result.seconds
+            self.failures += int(failed and result.kind != "infrastructure")
+            if result.node_id:
+                self.nodes[result.node_id] += 1
+            if result.pid:
+                self.workers[result.pid] += 1
+            self.records.append(JobRecord(result.label, result.node_id, result.pid, result.started,
+                                          result.seconds, outcome))
+
+    def job_records(self) -> list[JobRecord]:
+        with self._lock:
+            return list(self.records)
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:

@@ -35,14 +35,15 @@ class _Session:
     """What ``enable`` sets up and ``disable`` tears down."""
 
     def __init__(self, settings: Settings) -> None:
-        from .orchestrator import Farm, Stats
+        from .orchestrator import Farm, Progress, Stats, progress_wanted
         from .wrapper import Hooks, Router, stock_pools
 
         self.settings = settings
         self.stats = Stats()
         self.farm: Farm | None = None
+        progress = Progress(force_terminal=settings.progress is True) if progress_wanted(settings.progress) else None
         try:
-            self.farm = Farm(settings, self.stats)
+            self.farm = Farm(settings, self.stats, progress)
         except FarmUnavailableError as e:
             if not settings.fallback:
                 raise
@@ -56,10 +57,17 @@ class _Session:
             self.close()
             raise
 
+    def node_names(self) -> dict[str, str]:
+        return {n: info["hostname"] for n, info in self.farm.nodes.items()} if self.farm else {}
+
     def close(self) -> None:
         self.hooks_uninstall()
         if self.farm is not None:
             self.farm.close()
+        if self.settings.trace:
+            from .orchestrator.report import write_trace
+
+            write_trace(self.settings.trace, self.stats.job_records(), self.node_names())
 
     def hooks_uninstall(self) -> None:
         hooks = getattr(self, "hooks", None)
@@ -70,6 +78,7 @@ class _Session:
 _lock = threading.Lock()
 _session: _Session | None = None
 _last_stats: dict[str, Any] | None = None
+_last_report: str | None = None
 _atexit_registered = False
 
 
@@ -102,9 +111,10 @@ def disable() -> None:
 
 
 def _close_locked() -> None:
-    global _session, _last_stats
+    global _session, _last_stats, _last_report
     if _session is not None:
         _last_stats = _session.stats.snapshot()
+        _last_report = _report(_session)
         _session.close()
         _session = None
 
@@ -136,8 +146,28 @@ def stats() -> dict[str, Any]:
     return Stats().snapshot()
 
 
+def _report(session: _Session) -> str:
+    from .orchestrator.report import summary
+
+    return summary(session.stats.snapshot(), session.stats.job_records(), session.node_names())
+
+
+def report() -> str:
+    """A summary of the current (or last) session: jobs, cache hits per tier, dedupes, failures,
+    seconds per node and the 10 slowest kernels. Its numbers are ``stats()``'s."""
+    session = _session
+    if session is not None:
+        return _report(session)
+    if _last_report is not None:
+        return _last_report
+    from .orchestrator import Stats
+    from .orchestrator.report import summary
+
+    return summary(Stats().snapshot(), [])
+
+
 __all__ = [
     "CompileError", "FarmUnavailableError", "KernelSourceError", "RaycompileError", "Settings",
     "SettingsError", "UnknownArchError", "VersionMismatchError", "disable", "enable", "enabled",
-    "is_enabled", "stats",
+    "is_enabled", "report", "stats",
 ]

@@ -38,8 +38,9 @@ def _parser() -> argparse.ArgumentParser:
 def _compile_kernels(args: argparse.Namespace) -> int:
     from .kernels.sources import find_kernels
     from .kernels.triton_compile import parse_arch
-    from .orchestrator import Farm
+    from .orchestrator import Farm, Progress, progress_wanted
     from .orchestrator.batch import compile_kernels
+    from .orchestrator.report import summary, write_trace
     from .settings import Settings
 
     arch = parse_arch(args.arch) if args.arch else None  # bad arch: exit 2 before starting Ray
@@ -49,8 +50,14 @@ def _compile_kernels(args: argparse.Namespace) -> int:
         return 2
     settings = Settings.resolve(address=args.address, num_cpus=args.num_cpus,
                                 job_timeout_s=args.job_timeout, fallback=False)
-    with Farm(settings) as farm:
+    progress = Progress(force_terminal=settings.progress is True) if progress_wanted(settings.progress) else None
+    with Farm(settings, progress=progress) as farm:
         report = compile_kernels(farm, sources, arch, args.out)
+        names = {n: info["hostname"] for n, info in farm.nodes.items()}
+    records = farm.stats.job_records()
+    if settings.trace:
+        write_trace(settings.trace, records, names)
+    print(summary(farm.stats.snapshot(), records, names))
     for failure in report.failed:
         node = f" on node {failure.node_id[:12]}" if failure.node_id else ""
         print(f"FAILED {failure.label}{node}: {failure.message.strip().splitlines()[-1][:300]}")

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from . import disable, enable, stats
+from . import disable, enable, report, stats
 from .models import examples
 from .wrapper import compat
 
@@ -45,12 +45,8 @@ def run_demo(address: str | None = None, num_cpus: int | None = None) -> int:
     print(f"\n{'model':<20}{'jobs':>6}{'compile s':>11}  vs eager")
     for name, jobs, seconds, verdict in rows:
         print(f"{name:<20}{jobs:>6}{seconds:>11.1f}  {verdict}")
-    print(f"\n{'node':<16}{'host':<20}{'jobs':>6}")
-    for node, count in sorted(final["nodes"].items()):
-        host = farm.nodes.get(node, {}).get("hostname", "?") if farm else "?"
-        print(f"{node[:12]:<16}{host:<20}{count:>6}")
-    print(f"\njobs {final['jobs']}  deduped {final['deduped']}  fallbacks {final['fallbacks']}  "
-          f"failures {final['failures']}  compile seconds (summed on workers) {final['compile_seconds']:.1f}  "
-          f"worker processes {len(final['workers'])}")
+    print()
+    print(report())
+    print(f"worker processes {len(final['workers'])}")
     print(f"total {time.perf_counter() - t0:.1f} s: {'all outputs match eager' if ok else 'MISMATCH'}")
     return 0 if ok else 1

@@ -22,6 +22,8 @@ class Settings:
     retries: int = 3  # Ray re-runs a job whose worker or node died, this many times
     fallback: bool = True  # compile locally (stock Inductor pools) when Ray is unreachable or dies
     namespace: str = "raycompile"
+    progress: bool | None = None  # None: a bar only on a terminal and outside Ray jobs
+    trace: str | None = None  # write a Chrome/Perfetto trace of the jobs here at disable()
 
     @classmethod
     def resolve(cls, **overrides: Any) -> Settings:

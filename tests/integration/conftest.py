@@ -10,7 +10,7 @@ def local_ray() -> Iterator[None]:
     """A real local Ray for the module (2 CPUs, as on CI); raycompile joins it."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="raycompile")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="raycompile")
     yield
     ray.shutdown()
 

@@ -1,0 +1,65 @@
+"""What the operator reads at the end: a summary of the session, and a Chrome/Perfetto trace."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from .stats import JobRecord
+
+
+def summary(stats: Mapping[str, Any], records: list[JobRecord], node_names: Mapping[str, str] | None = None) -> str:
+    """Jobs, cache hits per tier, dedupes, failures, seconds per node, the 10 slowest kernels."""
+    names = node_names or {}
+    per_node: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        if r.node_id:
+            per_node[r.node_id].append(r.seconds)
+    lines = [
+        "raycompile summary",
+        f"  jobs {stats['jobs']}   deduped {stats['deduped']}   fallbacks {stats['fallbacks']}   "
+        f"failures {stats['failures']}   compile seconds {stats['compile_seconds']:.1f}",
+        f"  cache hits: local {stats.get('local_hits', 0)}   shared {stats.get('shared_hits', 0)}",
+    ]
+    if per_node:
+        lines.append(f"  {'node':<14}{'host':<18}{'jobs':>6}{'seconds':>10}")
+        for node, secs in sorted(per_node.items()):
+            lines.append(f"  {node[:12]:<14}{names.get(node, '?')[:17]:<18}{len(secs):>6}{sum(secs):>10.1f}")
+    slow = sorted(records, key=lambda r: r.seconds, reverse=True)[:10]
+    if slow:
+        lines.append("  slowest kernels:")
+        for r in slow:
+            lines.append(f"    {r.seconds:>7.2f} s  {r.outcome:<10} {r.label[:90]}")
+    return "\n".join(lines)
+
+
+def chrome_trace(records: list[JobRecord], node_names: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """One process track per node, one thread track per worker, one complete slice per job."""
+    names = node_names or {}
+    nodes = sorted({r.node_id or "local" for r in records})
+    pid_of = {n: i + 1 for i, n in enumerate(nodes)}
+    events: list[dict[str, Any]] = []
+    for node in nodes:
+        label = f"node {node[:12]}" + (f" ({names[node]})" if node in names else "")
+        events.append({"name": "process_name", "ph": "M", "pid": pid_of[node], "args": {"name": label}})
+    for node, pid in sorted({(r.node_id or "local", r.pid) for r in records}):
+        events.append({"name": "thread_name", "ph": "M", "pid": pid_of[node], "tid": pid,
+                       "args": {"name": f"worker {pid}"}})
+    t0 = min((r.started for r in records if r.started), default=0.0)
+    for r in records:
+        events.append({
+            "name": r.label, "cat": r.outcome, "ph": "X", "pid": pid_of[r.node_id or "local"], "tid": r.pid,
+            "ts": round(((r.started or t0) - t0) * 1e6, 1), "dur": round(r.seconds * 1e6, 1),
+            "args": {"outcome": r.outcome, "node": r.node_id, "worker": r.pid},
+        })
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_trace(path: str, records: list[JobRecord], node_names: Mapping[str, str] | None = None) -> None:
+    """Write the trace atomically (open it in chrome://tracing or ui.perfetto.dev)."""
+    from ..cache import write_atomic
+
+    write_atomic(os.path.abspath(path), json.dumps(chrome_trace(records, node_names)).encode())

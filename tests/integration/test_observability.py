@@ -1,0 +1,71 @@
+"""What an operator sees: the trace, the summary, the progress bar's manners, the backend entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import torch
+
+import raycompile
+from raycompile.models import examples
+from raycompile.wrapper import compat
+
+
+def test_trace_has_one_slice_per_job_and_summary_matches_stats(local_ray: None, tmp_path: pathlib.Path) -> None:
+    trace = tmp_path / "trace.json"
+    model, args = examples()["convnet_bn"]
+    raycompile.enable(trace=str(trace))
+    try:
+        torch._dynamo.reset()
+        with compat.fresh_cache():
+            torch.compile(model)(*args)
+        s = raycompile.stats()
+        text = raycompile.report()
+    finally:
+        raycompile.disable()
+    events = json.loads(trace.read_text())["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert len(slices) == s["jobs"] > 0
+    assert all(e["dur"] > 0 and e["ts"] >= 0 and e["cat"] == "compiled" and e["name"] for e in slices)
+    tracks = {(e["pid"], e["tid"]) for e in slices}
+    named_threads = {(e["pid"], e["tid"]) for e in events if e["name"] == "thread_name"}
+    assert tracks == named_threads and len({e["pid"] for e in slices}) == len(s["nodes"])
+    assert f"jobs {s['jobs']}   deduped {s['deduped']}   fallbacks {s['fallbacks']}   failures {s['failures']}" in text
+    assert f"compile seconds {s['compile_seconds']:.1f}" in text
+    assert raycompile.report() == text  # after disable, the last session's summary
+
+
+SCRIPT = """
+import torch
+from raycompile.models import examples
+model, args = examples()["reduction_tail"]
+print("out", torch.compile(model, backend="raycompile")(*args).shape)  # no raycompile import
+import raycompile
+print("jobs", raycompile.stats()["jobs"])
+raycompile.disable()
+"""
+
+
+def _run(env_extra: dict[str, str], tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"), RAYCOMPILE_NUM_CPUS="2",
+               **env_extra)
+    return subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=600, check=False)
+
+
+def test_backend_entry_point_and_no_progress_when_not_a_terminal(tmp_path: pathlib.Path) -> None:
+    proc = _run({}, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = int(proc.stdout.split("jobs ")[1].split()[0])
+    assert jobs > 0  # the backend enabled the farm by itself
+    assert "compiling kernels" not in proc.stdout + proc.stderr  # stdout is a pipe: quiet
+
+
+def test_progress_can_be_forced(tmp_path: pathlib.Path) -> None:
+    proc = _run({"RAYCOMPILE_PROGRESS": "1"}, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "raycompile: compiling kernels" in proc.stdout
