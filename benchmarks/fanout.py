@@ -15,6 +15,7 @@ Prints a table, the farm/SubprocPool ratio, and the farm's share of the limit
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import re
@@ -96,6 +97,9 @@ def main() -> None:
     p.add_argument("--copies", type=int, default=2)
     p.add_argument("--corpus", type=pathlib.Path, default=DEFAULT_CORPUS)
     p.add_argument("--skip-serial", action="store_true", help="estimate serial from the farm's job times")
+    p.add_argument("--out", type=pathlib.Path, default=HERE / "results",
+                   help="where the JSON of the run and its PNG plot go")
+    p.add_argument("--label", default="local", help="names the output files: fanout_LABEL.json/.png")
     args = p.parse_args()
     import torch
 
@@ -121,6 +125,16 @@ def main() -> None:
     print(f"\nfarm / SubprocPool = {farm[1] / subproc[1]:.2f}   (goal <= 1.0)")
     print(f"farm share of the limit (serial job s / workers = {limit:.2f} s) = {limit / farm[1]:.0%}"
           "   (goal >= 85%)")
+    hardware = f"{os.cpu_count()} CPUs, GPU {gpu}"
+    result = {"jobs": len(jobs), "workers": args.workers, "hardware": hardware, "torch": torch.__version__,
+              "limit_s": limit, "ratio_farm_subproc": farm[1] / subproc[1], "share_of_limit": limit / farm[1],
+              "rows": [{"mode": n, "wall_s": w, "sum_job_s": t} for n, w, t in rows]}
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"fanout_{args.label}.json"
+    out.write_text(json.dumps(result, indent=1))
+    from plot import fanout_png
+
+    print(f"wrote {out} and {fanout_png(result, out.with_suffix('.png'))}")
 
 
 if __name__ == "__main__":

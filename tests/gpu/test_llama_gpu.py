@@ -76,3 +76,25 @@ def test_llama_training_step_through_the_farm(local_ray: None) -> None:
     assert s["jobs"] + s["deduped"] >= asked
     print(f"\nGPU check: loss {loss.item():.6f} == stock; {asked} Triton compiles asked, "
           f"{s['jobs']} Ray jobs, {s['deduped']} deduped, {s['compile_seconds']:.1f} s on workers")
+
+
+def test_max_autotune_template_precompiles_go_to_the_farm(local_ray: None) -> None:
+    a = torch.randn(512, 1024, device="cuda", dtype=torch.float16)
+    b = torch.randn(1024, 512, device="cuda", dtype=torch.float16)
+
+    def mm_epilogue(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.relu(a @ b) * 2.0
+
+    raycompile.enable()
+    try:
+        torch._dynamo.reset()
+        with compat.fresh_cache():
+            out = torch.compile(mm_epilogue, mode="max-autotune-no-cudagraphs")(a, b)
+        labels = [r.label for r in raycompile._session.stats.job_records()]
+        s = raycompile.stats()
+    finally:
+        raycompile.disable()
+    torch.testing.assert_close(out, mm_epilogue(a, b), rtol=2e-2, atol=2e-2)
+    templates = [lbl for lbl in labels if lbl.startswith(("triton_mm", "triton_tem"))]
+    print(f"\nmax-autotune: {s['jobs']} Ray jobs, {len(templates)} of them GEMM template choices")
+    assert len(templates) >= 5 and s["failures"] == 0 and s["fallbacks"] == 0

@@ -1,0 +1,46 @@
+"""Plots for the benchmarks: a PNG next to each table (matplotlib, from the `bench` extra).
+
+    python benchmarks/plot.py benchmarks/results/fanout_h200.json   # re-draw a saved run
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+from typing import Any
+
+
+def fanout_png(result: dict[str, Any], path: pathlib.Path) -> pathlib.Path | None:
+    """Bars of wall time per mode, with the limit (serial job time / workers) as a line."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: pip install -e '.[bench]' for the plot)")
+        return None
+    rows = result["rows"]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    names = [r["mode"] for r in rows]
+    walls = [r["wall_s"] for r in rows]
+    bars = ax.barh(names, walls, color=["#999999", "#4c72b0", "#dd8452"][-len(rows):])
+    ax.bar_label(bars, fmt="%.2f s", padding=3)
+    ax.axvline(result["limit_s"], color="k", linestyle="--", linewidth=1)
+    ax.text(result["limit_s"], len(rows) - 0.5, " limit", va="center")
+    ax.invert_yaxis()
+    ax.set_xlabel("wall seconds (lower is better)")
+    ax.set_title(f"{result['jobs']} Triton compile jobs, {result['workers']} workers — {result['hardware']}",
+                 fontsize=9)
+    ax.set_xlim(0, max(walls) * 1.25)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        src = pathlib.Path(arg)
+        print(fanout_png(json.loads(src.read_text()), src.with_suffix(".png")))
