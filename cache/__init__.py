@@ -1,6 +1,9 @@
-"""The cache component. Today: atomic publishing of the artifacts that jobs bring back.
-The two-tier content-addressed store (local + shared) is issue #3."""
+"""The cache: a local tier and an optional shared tier (file://, redis://), content-addressed,
+signed, verified on every read; plus atomic publishing of the artifacts jobs bring back."""
 
 from .files import publish, write_atomic
+from .keys import kernel_key
+from .store import Entry, FileTier, Miss, RedisTier
+from .tiered import Cache
 
-__all__ = ["publish", "write_atomic"]
+__all__ = ["Cache", "Entry", "FileTier", "Miss", "RedisTier", "kernel_key", "publish", "write_atomic"]

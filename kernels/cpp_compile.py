@@ -101,3 +101,13 @@ def run_cpp_job(job: CppJob) -> Result:
     except Exception as e:
         return Failed(job.key, job.label, f"{type(e).__name__}: {e}", seconds=time.perf_counter() - start)
     return Built(job.key, job.label, time.perf_counter() - start, files=files)
+
+
+@functools.lru_cache(maxsize=8)
+def compiler_version(compiler: str) -> str:
+    """``compiler --version``'s first line (part of the cache key)."""
+    try:
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60, check=False)
+        return out.stdout.splitlines()[0] if out.stdout else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"

@@ -10,6 +10,7 @@ WITHOUT a GPU").
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pickle
 import re
@@ -94,8 +95,9 @@ def compile_only_driver(device_type: str, arch: int, warp_size: int) -> Iterator
 
 
 def _cache_files(kernel: object) -> dict[str, bytes]:
-    """Triton's cache artifacts of every compiled config, to be written where the driver's
-    TritonBundler looks for them (the TritonBundler trap in DESIGN.md)."""
+    """Triton's cache artifacts of every compiled config, named ``triton/GROUP/FILE`` relative to
+    the Triton cache dir: the driver writes them into ITS Triton cache dir, where its TritonBundler
+    looks for them (the TritonBundler trap in DESIGN.md)."""
     files: dict[str, bytes] = {}
     for group in compat.triton_cache_group_dir(kernel):
         if not os.path.isdir(group):
@@ -104,7 +106,7 @@ def _cache_files(kernel: object) -> dict[str, bytes]:
             path = os.path.join(group, name)
             if os.path.isfile(path) and not name.startswith("tmp."):
                 with open(path, "rb") as f:
-                    files[path] = f.read()
+                    files[f"triton/{os.path.basename(group)}/{name}"] = f.read()
     return files
 
 
@@ -125,3 +127,14 @@ def run_triton_job(job: TritonJob) -> Result:
     except Exception as e:  # the compiler's message travels back as a value
         return Failed(job.key, job.label, f"{type(e).__name__}: {e}", seconds=time.perf_counter() - start)
     return Built(job.key, job.label, time.perf_counter() - start, payload=payload, files=files)
+
+
+@functools.lru_cache(maxsize=1)
+def ptxas_version() -> str:
+    """The version line of the ptxas Triton uses (part of the cache key); "none" without one."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas_version
+
+        return str(get_ptxas_version()).strip().splitlines()[-1]
+    except Exception:  # no NVIDIA backend in this triton, or no ptxas: not a CUDA build box
+        return "none"

@@ -45,9 +45,9 @@ def compile_kernels(farm: Farm, sources: list[KernelSource], arch: int | None = 
         if isinstance(result, Built):
             report.compiled += 1
             if out_dir:
-                report.files_written += publish({
-                    os.path.join(out_dir, os.path.basename(os.path.dirname(p)), os.path.basename(p)): data
-                    for p, data in result.files.items()
+                report.files_written += publish({  # names are triton/GROUP/FILE
+                    os.path.join(out_dir, name.removeprefix("triton/")): data
+                    for name, data in result.files.items()
                 })
         else:
             report.failed.append(result)

@@ -34,11 +34,27 @@ class Stats:
         self.nodes: Counter[str] = Counter()  # node id -> jobs run there
         self.workers: Counter[int] = Counter()  # worker pid -> jobs run there
         self.records: list[JobRecord] = []
+        # cache
+        self.local_hits = 0
+        self.shared_hits = 0
+        self.misses = 0
+        self.corrupt = 0  # entries that failed their sha256 (dropped, repaired by the next write)
+        self.refused = 0  # entries with a bad or missing signature: never unpickled
+        self.evictions = 0
+        self.bytes_read = 0
+        self.bytes_written = 0
+        self.shared_unavailable = 0  # lookups that found the shared tier unreachable
+        self.put_errors = 0
 
     def add(self, **deltas: float) -> None:
         with self._lock:
             for name, delta in deltas.items():
                 setattr(self, name, getattr(self, name) + delta)
+
+    def set(self, **values: float) -> None:
+        with self._lock:
+            for name, value in values.items():
+                setattr(self, name, value)
 
     def ran(self, result: Result) -> None:
         """Count a finished job."""
@@ -68,4 +84,7 @@ class Stats:
                 "compile_seconds": round(self.compile_seconds, 3),
                 "nodes": dict(self.nodes),
                 "workers": dict(self.workers),
+                **{k: getattr(self, k) for k in (
+                    "local_hits", "shared_hits", "misses", "corrupt", "refused", "evictions",
+                    "bytes_read", "bytes_written", "shared_unavailable", "put_errors")},
             }

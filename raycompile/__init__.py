@@ -41,6 +41,10 @@ class _Session:
         self.settings = settings
         self.stats = Stats()
         self.farm: Farm | None = None
+        from .cache import Cache
+
+        # before Ray: a bad cache setting fails here, with nothing started
+        cache = Cache.from_settings(settings.cache_dir, settings.shared_cache, settings.cache_max_bytes, self.stats)
         progress = Progress(force_terminal=settings.progress is True) if progress_wanted(settings.progress) else None
         try:
             self.farm = Farm(settings, self.stats, progress)
@@ -50,7 +54,7 @@ class _Session:
             log.warning("raycompile: %s\nCompiling locally with stock Inductor; each local compile "
                         "is counted in raycompile.stats()['fallbacks'].", e)
         process_pool, submit = stock_pools()
-        self.hooks = Hooks(Router(self.farm, self.stats, process_pool, submit))
+        self.hooks = Hooks(Router(self.farm, self.stats, process_pool, submit, cache))
         try:
             self.hooks.install()
         except BaseException:

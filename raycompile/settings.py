@@ -22,6 +22,9 @@ class Settings:
     retries: int = 3  # Ray re-runs a job whose worker or node died, this many times
     fallback: bool = True  # compile locally (stock Inductor pools) when Ray is unreachable or dies
     namespace: str = "raycompile"
+    cache_dir: str = "~/.cache/raycompile"  # the local tier
+    shared_cache: str = "none"  # none | file:///path | redis://host:port/db
+    cache_max_bytes: int = 10 * 2**30  # the local tier's cap (LRU eviction)
     progress: bool | None = None  # None: a bar only on a terminal and outside Ray jobs
     trace: str | None = None  # write a Chrome/Perfetto trace of the jobs here at disable()
 

@@ -37,6 +37,8 @@ SEAMS: dict[str, tuple[str, str]] = {
     "CppBuilder._orig_source_paths": ("torch._inductor.cpp_builder", "CppBuilder.__init__"),
     "CppBuilder._output_dir": ("torch._inductor.cpp_builder", "CppBuilder.__init__"),
     "fresh_cache": ("torch._inductor.utils", "fresh_cache"),
+    "triton_cache_dir": ("torch._inductor.runtime.runtime_utils", "triton_cache_dir"),
+    "cache_dir": ("torch._inductor.runtime.runtime_utils", "cache_dir"),
     "config.compile_threads": ("torch._inductor.config", "compile_threads"),
 }
 
@@ -130,6 +132,19 @@ def triton_cache_group_dir(kernel: Any) -> list[str]:
         os.path.join(base, triton_hash_to_path_key(result.kernel.hash))
         for result in getattr(kernel, "compile_results", None) or []
     ]
+
+
+def driver_triton_cache_dir(device_index: int) -> str:
+    """Where this process's Triton writes and Inductor's TritonBundler reads (env first)."""
+    from torch._inductor.runtime.runtime_utils import triton_cache_dir
+
+    return os.environ.get("TRITON_CACHE_DIR") or triton_cache_dir(device_index)
+
+
+def inductor_cache_dir() -> str:
+    from torch._inductor.runtime.runtime_utils import cache_dir
+
+    return cache_dir()
 
 
 # --- C++ kernels ------------------------------------------------------------------------------

@@ -9,18 +9,21 @@ cannot take (Ray gone, fallback) goes to the stock pool it replaced, counted in 
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import pickle
+import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from ..cache import publish
+from ..cache import Cache, Entry, kernel_key, publish
 from ..errors import CompileError
 from ..kernels import Built, CppJob, CppStep, Failed, Job, Result, TritonJob, Versions
-from ..kernels.cpp_compile import resolve_command
+from ..kernels.cpp_compile import compiler_version, resolve_command
+from ..kernels.triton_compile import ptxas_version, target_of
 from . import compat
 
 log = logging.getLogger("raycompile.hooks")
@@ -59,12 +62,57 @@ def cpp_job(task: Callable[..., Any], versions: Versions) -> CppJob | None:
     return CppJob(name, tuple(steps), inputs, versions, lock_path)
 
 
+def cache_key(job: Job) -> str:
+    """The job's cache key (cache/keys.py): source, versions, ptxas or compiler, arch, settings."""
+    if isinstance(job, TritonJob):
+        device, cc, warp = target_of(job.source)
+        return kernel_key("triton", [job.source], job.versions.torch, job.versions.triton, ptxas_version(),
+                          f"{device}:{cc}:{warp}", job.extra_config)
+    # paths under this process's Inductor cache dir are named relative to it, so a node with
+    # another TORCHINDUCTOR_CACHE_DIR finds the same entry
+    base = compat.inductor_cache_dir()
+    parts = [" ".join(step.command).replace(base, "<inductor-cache>") for step in job.steps]
+    parts += [f"{path.replace(base, '<inductor-cache>')}:{hashlib.sha256(data).hexdigest()}"
+              for path, data in sorted(job.inputs.items())]
+    return kernel_key("cpp", parts, job.versions.torch, job.versions.triton,
+                      compiler_version(job.steps[0].command[0]), "", {})
+
+
+def _device_index(job: Job) -> int:
+    m = re.search(r"DeviceProperties\(type='\w+', index=(\d+)", job.source) if isinstance(job, TritonJob) else None
+    return int(m.group(1)) if m else 0
+
+
+def _to_local_paths(files: dict[str, bytes], job: Job) -> dict[str, bytes]:
+    """Names in a result or cache entry -> paths on this node: ``triton/GROUP/FILE`` under this
+    process's Triton cache dir, ``inductor/REL`` under its Inductor cache dir, absolute as is."""
+    out = {}
+    for name, data in files.items():
+        if name.startswith("triton/"):
+            out[os.path.join(compat.driver_triton_cache_dir(_device_index(job)), name[len("triton/"):])] = data
+        elif name.startswith("inductor/"):
+            out[os.path.join(compat.inductor_cache_dir(), name[len("inductor/"):])] = data
+        else:
+            out[name] = data
+    return out
+
+
+def _to_entry(key: str, result: Built) -> Entry:
+    base = compat.inductor_cache_dir() + os.sep
+    blobs = {("inductor/" + n[len(base):] if n.startswith(base) else n): d for n, d in result.files.items()}
+    if result.payload:
+        blobs["payload"] = result.payload
+    return Entry(key, blobs, {"label": result.label, "seconds": result.seconds})
+
+
 class Router:
-    """Sends jobs to the farm (or the stock pools) and turns results into what Inductor expects."""
+    """Sends jobs to the cache, then the farm (or the stock pools), and turns results into what
+    Inductor expects."""
 
     def __init__(self, farm: Any | None, stats: Any, stock_process_pool: Callable[[], Any],
-                 stock_submit: Callable[[Callable[[], Any]], Any]) -> None:
+                 stock_submit: Callable[[Callable[[], Any]], Any], cache: Cache | None = None) -> None:
         self.farm = farm
+        self.cache = cache
         self.stats = stats
         self.versions = Versions.here()
         self._stock_process_pool = stock_process_pool
@@ -98,10 +146,21 @@ class Router:
     # ------------------------------------------------------------------------------------------
 
     def _route(self, job: Job, local: Callable[[], Any]) -> Future[Any]:
+        out: Future[Any] = Future()
+        key = cache_key(job) if self.cache is not None else ""
+        if key:
+            entry = self.cache.get(key)
+            if entry is not None:
+                try:
+                    out.set_result(self._unpack(_to_local_paths(entry.blobs, job), entry.blobs.get("payload"), job,
+                                                float(entry.meta.get("seconds", 0.0))))
+                    return out
+                except Exception as e:  # a signed entry that still does not load: compile instead
+                    log.warning("raycompile: cache entry for %s did not load (%s); compiling", job.label, e)
+                    out = Future()
         if self.farm is None or not self.farm.alive:
             return self._fallback(local, "the Ray cluster is not reachable")
-        out: Future[Any] = Future()
-        self.farm.submit(job).add_done_callback(lambda f: self._deliver(f.result(), job, out, local))
+        self.farm.submit(job).add_done_callback(lambda f: self._deliver(f.result(), job, out, local, key))
         return out
 
     def _fallback(self, local: Callable[[], Any], why: str) -> Future[Any]:
@@ -118,22 +177,29 @@ class Router:
         done.set_result(result)
         return done
 
-    def _deliver(self, result: Result, job: Job, out: Future[Any], local: Callable[[], Any]) -> None:
+    def _deliver(self, result: Result, job: Job, out: Future[Any], local: Callable[[], Any], key: str) -> None:
         try:
             if isinstance(result, Failed):
                 if result.kind == "infrastructure":
                     _chain(self._fallback(local, f"a job failed in Ray ({result.message})"), out)
                     return
                 raise CompileError(job.label, result.node_id, result.message)
-            out.set_result(self._unpack(result, job))
+            value = self._unpack(_to_local_paths(result.files, job), result.payload, job, result.seconds)
+            if key:
+                self.cache.put(_to_entry(key, result))
+            out.set_result(value)
         except BaseException as e:
             out.set_exception(e)
 
     @staticmethod
-    def _unpack(result: Built, job: Job) -> Any:
-        publish(result.files)  # .so/.o at the paths Inductor loads; Triton's cache group
+    def _unpack(files: dict[str, bytes], payload: bytes | None, job: Job, seconds: float) -> Any:
+        """Write the artifacts where this process loads them; return what Inductor's job returns.
+
+        ``payload`` is unpickled only from a fresh job result or a cache entry whose signature was
+        verified (cache/store.py)."""
+        publish(files)  # .so/.o at the paths Inductor loads; Triton's cache group
         if isinstance(job, TritonJob):
-            return pickle.loads(result.payload), int(result.seconds * 1e6)
+            return pickle.loads(payload or b""), int(seconds * 1e6)
         return None
 
 

@@ -1,0 +1,261 @@
+"""Cache tiers behind one interface: ``get(key) -> Entry | Miss`` and ``put(entry) -> bytes``.
+
+An entry is a set of named blobs plus a manifest (each blob's sha256 and size, and an HMAC-SHA256
+signature over the manifest). Every read checks the signature before anything is used and the
+sha256 of every blob; a corrupt, truncated or missing part is a ``Miss("corrupt")`` and the entry
+is dropped so that the next write repairs it; a bad or missing signature is ``Miss("refused")``.
+
+``FileTier`` serves the local tier and ``file://`` shared directories: each entry is a directory,
+written under a temporary name (blobs first, manifest last) and renamed into place, so a reader
+never sees a partial entry. ``RedisTier`` writes an entry as one hash in one transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .files import write_atomic
+from .signing import sign, verify
+
+log = logging.getLogger("raycompile.cache")
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    blobs: dict[str, bytes]  # name -> bytes
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(len(b) for b in self.blobs.values())
+
+
+@dataclass(frozen=True)
+class Miss:
+    reason: str  # "absent" | "corrupt" | "refused" | "unavailable"
+    detail: str = ""
+
+
+def _manifest(entry: Entry, secret: bytes) -> bytes:
+    body = {"key": entry.key, "meta": entry.meta,
+            "blobs": {n: {"sha256": hashlib.sha256(b).hexdigest(), "size": len(b)} for n, b in entry.blobs.items()}}
+    text = json.dumps(body, sort_keys=True)
+    return json.dumps({"body": body, "sig": sign(secret, text.encode())}, sort_keys=True).encode()
+
+
+def _check(key: str, manifest: bytes, blobs: dict[str, bytes | None], secret: bytes) -> Entry | Miss:
+    """Verify a manifest's signature, then every blob's size and sha256."""
+    try:
+        doc = json.loads(manifest)
+        body = doc["body"]
+    except (ValueError, KeyError, TypeError) as e:
+        return Miss("corrupt", f"unreadable manifest ({e})")
+    if not verify(secret, json.dumps(body, sort_keys=True).encode(), doc.get("sig")):
+        return Miss("refused", "bad or missing signature")
+    if body.get("key") != key:
+        return Miss("corrupt", "manifest names another key")
+    out: dict[str, bytes] = {}
+    for name, info in body["blobs"].items():
+        data = blobs.get(name)
+        if data is None:
+            return Miss("corrupt", f"blob {name} missing")
+        if len(data) != info["size"] or hashlib.sha256(data).hexdigest() != info["sha256"]:
+            return Miss("corrupt", f"blob {name} fails its sha256")
+        out[name] = data
+    return Entry(key, out, body.get("meta", {}))
+
+
+class Tier(Protocol):
+    name: str
+
+    def get(self, key: str) -> Entry | Miss: ...
+
+    def put(self, entry: Entry) -> int: ...
+
+
+def _blob_file(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()[:32]
+
+
+class FileTier:
+    """A directory of entries: ``ROOT/entries/KEY[:2]/KEY/{manifest.json, blobs}``, with an optional
+    size cap enforced by LRU eviction (a hit refreshes the entry's time)."""
+
+    def __init__(self, root: str, secret: bytes, name: str = "local", max_bytes: int | None = None) -> None:
+        self.root, self.secret, self.name, self.max_bytes = os.path.abspath(root), secret, name, max_bytes
+        self.evictions = 0
+        self._lock = threading.Lock()
+        self._size: int | None = None  # estimated bytes in the tier; None until first scanned
+
+    def _dir(self, key: str) -> str:
+        return os.path.join(self.root, "entries", key[:2], key)
+
+    def get(self, key: str) -> Entry | Miss:
+        d = self._dir(key)
+        try:
+            with open(os.path.join(d, "manifest.json"), "rb") as f:
+                manifest = f.read()
+        except FileNotFoundError:
+            return Miss("absent")
+        except OSError as e:
+            return Miss("unavailable", str(e))
+        try:
+            names = json.loads(manifest)["body"]["blobs"]
+        except (ValueError, KeyError, TypeError):
+            names = {}
+        blobs: dict[str, bytes | None] = {}
+        for name in names:
+            try:
+                with open(os.path.join(d, _blob_file(name)), "rb") as f:
+                    blobs[name] = f.read()
+            except OSError:
+                blobs[name] = None
+        result = _check(key, manifest, blobs, self.secret)
+        if isinstance(result, Miss):
+            self._drop(d)
+        else:
+            now = time.time()
+            try:
+                os.utime(os.path.join(d, "manifest.json"), (now, now))  # LRU
+            except OSError:
+                pass
+        return result
+
+    def _drop(self, d: str) -> None:
+        trash = f"{d}.trash-{os.getpid()}-{threading.get_ident()}"
+        try:
+            os.rename(d, trash)
+        except OSError:
+            return
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def put(self, entry: Entry) -> int:
+        d = self._dir(entry.key)
+        parent = os.path.dirname(d)
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{entry.key[:16]}.tmp-", dir=parent)
+        try:
+            for name, data in entry.blobs.items():
+                write_atomic(os.path.join(tmp, _blob_file(name)), data)
+            write_atomic(os.path.join(tmp, "manifest.json"), _manifest(entry, self.secret))  # last
+            if os.path.isdir(d):  # a bad entry being repaired, or a concurrent writer's twin
+                if isinstance(self.get(entry.key), Entry):
+                    return 0
+            try:
+                os.rename(tmp, d)
+            except OSError:  # another writer published the same key first: theirs stands
+                return 0
+            tmp = ""
+        finally:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+        self._account(entry.size)
+        return entry.size
+
+    # -- size cap ------------------------------------------------------------------------------
+
+    def entries(self) -> list[tuple[float, int, str]]:
+        """(last use, bytes, key) of every entry."""
+        out = []
+        base = os.path.join(self.root, "entries")
+        for shard in os.listdir(base) if os.path.isdir(base) else []:
+            sd = os.path.join(base, shard)
+            for key in os.listdir(sd):
+                d = os.path.join(sd, key)
+                if ".tmp-" in key or ".trash-" in key:
+                    continue
+                try:
+                    mtime = os.stat(os.path.join(d, "manifest.json")).st_mtime
+                    size = sum(e.stat().st_size for e in os.scandir(d))
+                except OSError:
+                    continue
+                out.append((mtime, size, key))
+        return out
+
+    def _account(self, added: int) -> None:
+        if self.max_bytes is None:
+            return
+        with self._lock:
+            if self._size is None:
+                self._size = sum(s for _, s, _ in self.entries())
+            else:
+                self._size += added
+            if self._size > self.max_bytes:
+                self.prune(self.max_bytes)
+
+    def prune(self, max_bytes: int) -> int:
+        """Evict least recently used entries until the tier holds at most ``max_bytes``."""
+        entries = sorted(self.entries())
+        total = sum(s for _, s, _ in entries)
+        evicted = 0
+        for _, size, key in entries:
+            if total <= max_bytes:
+                break
+            self._drop(self._dir(key))
+            total -= size
+            evicted += 1
+        self.evictions += evicted
+        self._size = total
+        return evicted
+
+
+class RedisTier:
+    """Entries in Redis (the server Inductor's remote caches use), one hash per entry, written in
+    one transaction. An unreachable server is a ``Miss("unavailable")``, never an exception."""
+
+    def __init__(self, url: str, secret: bytes, timeout_s: float = 2.0) -> None:
+        import redis
+
+        self.name, self.url, self.secret = "shared", url, secret
+        self._client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        self._warned = False
+
+    def _unavailable(self, e: Exception) -> Miss:
+        if not self._warned:
+            log.warning("raycompile: Redis at %s is unreachable (%s); compiling and caching locally", self.url, e)
+            self._warned = True
+        return Miss("unavailable", str(e))
+
+    def get(self, key: str) -> Entry | Miss:
+        import redis
+
+        try:
+            fields = self._client.hgetall(f"raycompile:entry:{key}")
+        except redis.RedisError as e:
+            return self._unavailable(e)
+        if not fields:
+            return Miss("absent")
+        manifest = fields.pop(b"__manifest__", b"")
+        blobs = {k.decode(): v for k, v in fields.items()}
+        result = _check(key, manifest, blobs, self.secret)
+        if isinstance(result, Miss):
+            try:
+                self._client.delete(f"raycompile:entry:{key}")
+            except redis.RedisError:
+                pass
+        return result
+
+    def put(self, entry: Entry) -> int:
+        import redis
+
+        mapping: dict[str, bytes] = dict(entry.blobs)
+        mapping["__manifest__"] = _manifest(entry, self.secret)
+        try:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.delete(f"raycompile:entry:{entry.key}")
+            pipe.hset(f"raycompile:entry:{entry.key}", mapping=mapping)
+            pipe.execute()
+        except redis.RedisError as e:
+            self._unavailable(e)
+            return 0
+        return entry.size

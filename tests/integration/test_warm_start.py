@@ -1,0 +1,114 @@
+"""Warm start across nodes, for each shared tier: the driver compiles a model on a two-node
+cluster; then a NEW process on the OTHER node (a Ray task pinned there), with its own EMPTY local
+cache, compiles the same model with zero Ray jobs and equal outputs. A tampered shared entry is
+refused and recompiled, never loaded."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+import raycompile
+from raycompile.models import examples
+from raycompile.wrapper import compat
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[str]:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address, log_to_driver=False, namespace="raycompile")
+    cluster.wait_for_nodes()
+    here = ray.get_runtime_context().get_node_id()
+    other = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != here)
+    yield other
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def compile_model(cache_dir: str, shared: str) -> tuple[dict[str, Any], torch.Tensor]:
+    model, args = examples()["reduction_tail"]
+    raycompile.enable(address="auto", cache_dir=cache_dir, shared_cache=shared)
+    try:
+        torch._dynamo.reset()
+        with compat.fresh_cache():
+            out = torch.compile(model)(*args)
+        return raycompile.stats(), out
+    finally:
+        raycompile.disable()
+
+
+def on_other_node(node: str, cache_dir: str, shared: str) -> tuple[dict[str, Any], torch.Tensor]:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    def compile_there(cache_dir: str, shared: str, threads: int) -> tuple[dict[str, Any], torch.Tensor]:
+        # defined here so Ray ships it by value (the test module is not importable on workers)
+        import torch
+
+        # Ray workers run with OMP_NUM_THREADS=1; Inductor's C++ kernels depend on the thread
+        # count, so match the driver's, as another node with the same hardware would.
+        torch.set_num_threads(threads)
+
+        import raycompile
+        from raycompile.models import examples
+        from raycompile.wrapper import compat
+
+        model, args = examples()["reduction_tail"]
+        raycompile.enable(address="auto", cache_dir=cache_dir, shared_cache=shared)
+        try:
+            torch._dynamo.reset()
+            with compat.fresh_cache():
+                out = torch.compile(model)(*args)
+            return raycompile.stats(), out
+        finally:
+            raycompile.disable()
+
+    task = ray.remote(compile_there).options(
+        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+        runtime_env={"env_vars": {"RAYCOMPILE_SECRET": SECRET}})
+    return ray.get(task.remote(cache_dir, shared, torch.get_num_threads()), timeout=600)
+
+
+SECRET = "one-secret-for-the-whole-test-cluster"
+
+
+@pytest.fixture(autouse=True)
+def cluster_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drivers on several nodes share one secret (RAYCOMPILE_SECRET), or they refuse each other."""
+    monkeypatch.setenv("RAYCOMPILE_SECRET", SECRET)
+
+
+@pytest.fixture(params=["file", "redis"])
+def shared(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
+    if request.param == "file":
+        return f"file://{tmp_path / 'shared'}"
+    return request.getfixturevalue("redis_url").replace("/0", f"/{abs(hash(str(tmp_path))) % 15 + 1}")
+
+
+def test_a_new_process_on_another_node_warm_starts(two_nodes: str, shared: str, tmp_path: pathlib.Path) -> None:
+    a_stats, a_out = compile_model(str(tmp_path / "local-a"), shared)
+    assert a_stats["jobs"] > 0 and a_stats["bytes_written"] > 0
+    b_stats, b_out = on_other_node(two_nodes, str(tmp_path / "local-b"), shared)
+    assert b_stats["jobs"] == 0 and b_stats["shared_hits"] == a_stats["jobs"] and b_stats["local_hits"] == 0, (
+        a_stats, b_stats)
+    assert torch.equal(a_out, b_out)
+
+
+def test_a_tampered_shared_entry_is_refused_and_recompiled(two_nodes: str, tmp_path: pathlib.Path) -> None:
+    shared_dir = tmp_path / "shared"
+    a_stats, a_out = compile_model(str(tmp_path / "local-a"), f"file://{shared_dir}")
+    manifests = list(shared_dir.rglob("manifest.json"))
+    assert len(manifests) == a_stats["jobs"]
+    for m in manifests:  # an attacker rewrites what an entry claims, without the secret
+        m.write_text(m.read_text().replace('"seconds"', '"secondz"'))
+    b_stats, b_out = on_other_node(two_nodes, str(tmp_path / "local-b"), f"file://{shared_dir}")
+    assert b_stats["refused"] == a_stats["jobs"] and b_stats["jobs"] == a_stats["jobs"]
+    assert b_stats["shared_hits"] == 0 and torch.equal(a_out, b_out)
