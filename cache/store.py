@@ -46,14 +46,14 @@ class Miss:
     detail: str = ""
 
 
-def _manifest(entry: Entry, secret: bytes) -> bytes:
+def manifest_for(entry: Entry, secret: bytes) -> bytes:
     body = {"key": entry.key, "meta": entry.meta,
             "blobs": {n: {"sha256": hashlib.sha256(b).hexdigest(), "size": len(b)} for n, b in entry.blobs.items()}}
     text = json.dumps(body, sort_keys=True)
     return json.dumps({"body": body, "sig": sign(secret, text.encode())}, sort_keys=True).encode()
 
 
-def _check(key: str, manifest: bytes, blobs: dict[str, bytes | None], secret: bytes) -> Entry | Miss:
+def verify_entry(key: str, manifest: bytes, blobs: dict[str, bytes | None], secret: bytes) -> Entry | Miss:
     """Verify a manifest's signature, then every blob's size and sha256."""
     try:
         doc = json.loads(manifest)
@@ -100,15 +100,15 @@ class FileTier:
     def _dir(self, key: str) -> str:
         return os.path.join(self.root, "entries", key[:2], key)
 
-    def get(self, key: str) -> Entry | Miss:
+    def get_raw(self, key: str) -> tuple[bytes, dict[str, bytes | None]] | None:
+        """The stored manifest and blobs, unverified (None when absent); for a service that
+        stores for clients who verify with their own secret."""
         d = self._dir(key)
         try:
             with open(os.path.join(d, "manifest.json"), "rb") as f:
                 manifest = f.read()
-        except FileNotFoundError:
-            return Miss("absent")
-        except OSError as e:
-            return Miss("unavailable", str(e))
+        except OSError:
+            return None
         try:
             names = json.loads(manifest)["body"]["blobs"]
         except (ValueError, KeyError, TypeError):
@@ -120,16 +120,28 @@ class FileTier:
                     blobs[name] = f.read()
             except OSError:
                 blobs[name] = None
-        result = _check(key, manifest, blobs, self.secret)
+        return manifest, blobs
+
+    def get(self, key: str) -> Entry | Miss:
+        raw = self.get_raw(key)
+        if raw is None:
+            return Miss("absent")
+        result = verify_entry(key, raw[0], raw[1], self.secret)
         if isinstance(result, Miss):
-            self._drop(d)
+            self.drop(key)
         else:
-            now = time.time()
-            try:
-                os.utime(os.path.join(d, "manifest.json"), (now, now))  # LRU
-            except OSError:
-                pass
+            self.touch(key)
         return result
+
+    def touch(self, key: str) -> None:
+        now = time.time()
+        try:
+            os.utime(os.path.join(self._dir(key), "manifest.json"), (now, now))  # LRU
+        except OSError:
+            pass
+
+    def drop(self, key: str) -> None:
+        self._drop(self._dir(key))
 
     def _drop(self, d: str) -> None:
         trash = f"{d}.trash-{os.getpid()}-{threading.get_ident()}"
@@ -140,17 +152,23 @@ class FileTier:
         shutil.rmtree(trash, ignore_errors=True)
 
     def put(self, entry: Entry) -> int:
-        d = self._dir(entry.key)
+        if isinstance(self.get(entry.key), Entry):  # already there and sound
+            return 0
+        return self.put_raw(entry.key, manifest_for(entry, self.secret), entry.blobs)
+
+    def put_raw(self, key: str, manifest: bytes, blobs: dict[str, bytes]) -> int:
+        """Publish an entry: blobs, then the manifest, in a temp dir renamed into place."""
+        d = self._dir(key)
         parent = os.path.dirname(d)
         os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{entry.key[:16]}.tmp-", dir=parent)
+        tmp = tempfile.mkdtemp(prefix=f".{key[:16]}.tmp-", dir=parent)
+        size = sum(len(b) for b in blobs.values())
         try:
-            for name, data in entry.blobs.items():
+            for name, data in blobs.items():
                 write_atomic(os.path.join(tmp, _blob_file(name)), data)
-            write_atomic(os.path.join(tmp, "manifest.json"), _manifest(entry, self.secret))  # last
-            if os.path.isdir(d):  # a bad entry being repaired, or a concurrent writer's twin
-                if isinstance(self.get(entry.key), Entry):
-                    return 0
+            write_atomic(os.path.join(tmp, "manifest.json"), manifest)  # last
+            if os.path.isdir(d):  # a bad entry being repaired
+                self.drop(key)
             try:
                 os.rename(tmp, d)
             except OSError:  # another writer published the same key first: theirs stands
@@ -159,8 +177,8 @@ class FileTier:
         finally:
             if tmp:
                 shutil.rmtree(tmp, ignore_errors=True)
-        self._account(entry.size)
-        return entry.size
+        self._account(size)
+        return size
 
     # -- size cap ------------------------------------------------------------------------------
 
@@ -237,7 +255,7 @@ class RedisTier:
             return Miss("absent")
         manifest = fields.pop(b"__manifest__", b"")
         blobs = {k.decode(): v for k, v in fields.items()}
-        result = _check(key, manifest, blobs, self.secret)
+        result = verify_entry(key, manifest, blobs, self.secret)
         if isinstance(result, Miss):
             try:
                 self._client.delete(f"raycompile:entry:{key}")
@@ -249,7 +267,7 @@ class RedisTier:
         import redis
 
         mapping: dict[str, bytes] = dict(entry.blobs)
-        mapping["__manifest__"] = _manifest(entry, self.secret)
+        mapping["__manifest__"] = manifest_for(entry, self.secret)
         try:
             pipe = self._client.pipeline(transaction=True)
             pipe.delete(f"raycompile:entry:{entry.key}")

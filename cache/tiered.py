@@ -4,6 +4,7 @@ new entry is written to both. Every outcome is counted in the stats the caller p
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import SettingsError
@@ -16,13 +17,18 @@ class Cache:
         self.local, self.shared, self.stats = local, shared, stats
 
     @classmethod
-    def from_settings(cls, cache_dir: str, shared_url: str, max_bytes: int, stats: Any) -> Cache:
-        """Build the tiers. ``shared_url``: none | file:///path | redis://host:port/db.
+    def from_settings(cls, cache_dir: str, shared_url: str, max_bytes: int, stats: Any,
+                      ray_tier: Callable[[bytes], Tier] | None = None) -> Cache:
+        """Build the tiers. ``shared_url``: none | file:///path | redis://host:port/db | ray://head
+        (``ray_tier(secret)`` makes that one; the orchestrator owns everything that talks to Ray).
 
         Raises SettingsError for an unknown scheme."""
+        check_shared_url(shared_url)
         root = os.path.abspath(os.path.expanduser(cache_dir))
         secret = load_secret(os.path.join(root, "secret.key"))
         local = FileTier(root, secret, "local", max_bytes)
+        if shared_url == "ray://head":
+            return cls(local, ray_tier(secret) if ray_tier is not None else None, stats)
         return cls(local, shared_tier(shared_url, secret), stats)
 
     def get(self, key: str) -> Entry | None:
@@ -62,15 +68,17 @@ class Cache:
         self.stats.set(evictions=evictions)
 
 
+def check_shared_url(url: str) -> None:
+    """Raise SettingsError unless ``url`` names a shared tier raycompile has."""
+    if url in ("", "none", "auto", "ray://head") or url.startswith(("file:///", "redis://", "rediss://")):
+        return
+    raise SettingsError(f"shared cache {url!r}: expected auto, none, ray://head, file:///path or "
+                        "redis://host:port/db")
+
+
 def shared_tier(url: str, secret: bytes) -> Tier | None:
-    if url in ("", "none"):
-        return None
     if url.startswith("file://"):
         return FileTier(url.removeprefix("file://"), secret, "shared")
     if url.startswith(("redis://", "rediss://")):
         return RedisTier(url, secret)
-    if url.startswith("ray://"):
-        raise SettingsError(
-            f"shared cache {url!r}: the head-node cache service is not built yet (issue #3); "
-            "use file:///shared/dir or redis://host:port/db")
-    raise SettingsError(f"shared cache {url!r}: expected none, file:///path or redis://host:port/db")
+    return None

@@ -42,9 +42,9 @@ class _Session:
         self.stats = Stats()
         self.farm: Farm | None = None
         from .cache import Cache
+        from .cache.tiered import check_shared_url
 
-        # before Ray: a bad cache setting fails here, with nothing started
-        cache = Cache.from_settings(settings.cache_dir, settings.shared_cache, settings.cache_max_bytes, self.stats)
+        check_shared_url(settings.shared_cache)  # a bad setting fails here, with nothing started
         progress = Progress(force_terminal=settings.progress is True) if progress_wanted(settings.progress) else None
         try:
             self.farm = Farm(settings, self.stats, progress)
@@ -53,9 +53,23 @@ class _Session:
                 raise
             log.warning("raycompile: %s\nCompiling locally with stock Inductor; each local compile "
                         "is counted in raycompile.stats()['fallbacks'].", e)
-        process_pool, submit = stock_pools()
-        self.hooks = Hooks(Router(self.farm, self.stats, process_pool, submit, cache))
+        shared = settings.shared_cache
+        if shared == "auto":
+            shared = "ray://head" if self.farm is not None and len(self.farm.nodes) > 1 else "none"
+        self.shared_cache = shared
+        farm = self.farm
+
+        def ray_tier(secret: bytes) -> object:
+            from .orchestrator.cache_service import RayHeadTier
+
+            return RayHeadTier(secret, root=settings.head_cache_dir, namespace=settings.namespace,
+                               timeout_s=settings.connect_timeout_s)
+
         try:
+            cache = Cache.from_settings(settings.cache_dir, shared, settings.cache_max_bytes, self.stats,
+                                        ray_tier if farm is not None and farm.alive else None)
+            process_pool, submit = stock_pools()
+            self.hooks = Hooks(Router(self.farm, self.stats, process_pool, submit, cache))
             self.hooks.install()
         except BaseException:
             self.close()

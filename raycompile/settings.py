@@ -23,8 +23,10 @@ class Settings:
     fallback: bool = True  # compile locally (stock Inductor pools) when Ray is unreachable or dies
     namespace: str = "raycompile"
     cache_dir: str = "~/.cache/raycompile"  # the local tier
-    shared_cache: str = "none"  # none | file:///path | redis://host:port/db
+    # auto: ray://head on a multi-node cluster, else none | none | ray://head | file:///path | redis://host:port/db
+    shared_cache: str = "auto"
     cache_max_bytes: int = 10 * 2**30  # the local tier's cap (LRU eviction)
+    head_cache_dir: str = "~/.cache/raycompile-head"  # where ray://head keeps entries, on the head node
     progress: bool | None = None  # None: a bar only on a terminal and outside Ray jobs
     trace: str | None = None  # write a Chrome/Perfetto trace of the jobs here at disable()
 

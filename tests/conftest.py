@@ -38,6 +38,7 @@ def corpus_files() -> list[pathlib.Path]:
 def _isolated_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test gets its own empty raycompile cache (subprocesses inherit it)."""
     monkeypatch.setenv("RAYCOMPILE_CACHE_DIR", str(tmp_path / "raycompile-cache"))
+    monkeypatch.setenv("RAYCOMPILE_HEAD_CACHE_DIR", str(tmp_path / "raycompile-head"))
     monkeypatch.delenv("RAYCOMPILE_SHARED_CACHE", raising=False)
 
 

@@ -86,8 +86,10 @@ def cluster_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAYCOMPILE_SECRET", SECRET)
 
 
-@pytest.fixture(params=["file", "redis"])
+@pytest.fixture(params=["ray-head", "file", "redis"])
 def shared(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
+    if request.param == "ray-head":
+        return "auto"  # the default on a multi-node cluster: the head-node cache service
     if request.param == "file":
         return f"file://{tmp_path / 'shared'}"
     return request.getfixturevalue("redis_url").replace("/0", f"/{abs(hash(str(tmp_path))) % 15 + 1}")
