@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     ck.add_argument("--out", help="write the Triton cache groups here (a TRITON_CACHE_DIR for GPU nodes)")
     ck.add_argument("--num-cpus", type=int, help="CPUs of the embedded local Ray")
     ck.add_argument("--job-timeout", type=float, help="seconds one kernel may take")
+    from .cli_cache import add_parser
+
+    add_parser(sub)
     return p
 
 
@@ -72,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(args.address, args.num_cpus)
+        if args.command == "cache":
+            from .cli_cache import run
+
+            return run(args)
         return _compile_kernels(args)
     except RaycompileError as e:
         print(f"raycompile: {e}", file=sys.stderr)
