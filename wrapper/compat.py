@@ -40,6 +40,13 @@ SEAMS: dict[str, tuple[str, str]] = {
     "triton_cache_dir": ("torch._inductor.runtime.runtime_utils", "triton_cache_dir"),
     "cache_dir": ("torch._inductor.runtime.runtime_utils", "cache_dir"),
     "config.compile_threads": ("torch._inductor.config", "compile_threads"),
+    "config.fx_graph_remote_cache": ("torch._inductor.config", "fx_graph_remote_cache"),
+    "functorch.config.enable_remote_autograd_cache": ("torch._functorch.config", "enable_remote_autograd_cache"),
+    "RemoteCacheBackend": ("torch._inductor.remote_cache", "RemoteCacheBackend"),
+    "RemoteFxGraphCache.backend_override_cls": (
+        "torch._inductor.remote_cache", "RemoteFxGraphCache.backend_override_cls"),
+    "RemoteAOTAutogradCache.backend_override_cls": (
+        "torch._inductor.remote_cache", "RemoteAOTAutogradCache.backend_override_cls"),
 }
 
 
@@ -178,6 +185,40 @@ def async_compile_class() -> Any:
     from torch._inductor.async_compile import AsyncCompile
 
     return AsyncCompile
+
+
+@contextlib.contextmanager
+def remote_module_caches(make_backend: Callable[[str], Any]) -> Iterator[None]:
+    """Turn on Inductor's remote FX-graph and AOTAutograd caches with ``make_backend(kind)`` as
+    their storage (``RemoteCache.backend_override_cls``, Inductor's own hook for a custom backend).
+    """
+    from torch._functorch import config as functorch_config
+    from torch._inductor import config as inductor_cfg
+    from torch._inductor import remote_cache as rc
+
+    saved = (rc.RemoteFxGraphCache.__dict__.get("backend_override_cls"),
+             rc.RemoteAOTAutogradCache.__dict__.get("backend_override_cls"),
+             inductor_cfg.fx_graph_remote_cache, functorch_config.enable_remote_autograd_cache)
+    rc.RemoteFxGraphCache.backend_override_cls = lambda: make_backend("fx")
+    rc.RemoteAOTAutogradCache.backend_override_cls = lambda: make_backend("aot")
+    inductor_cfg.fx_graph_remote_cache = True
+    functorch_config.enable_remote_autograd_cache = True
+    try:
+        yield
+    finally:
+        for cls, value in ((rc.RemoteFxGraphCache, saved[0]), (rc.RemoteAOTAutogradCache, saved[1])):
+            if value is None:
+                cls.backend_override_cls = None
+            else:
+                cls.backend_override_cls = value
+        inductor_cfg.fx_graph_remote_cache = saved[2]
+        functorch_config.enable_remote_autograd_cache = saved[3]
+
+
+def remote_cache_backend_base() -> Any:
+    from torch._inductor.remote_cache import RemoteCacheBackend
+
+    return RemoteCacheBackend
 
 
 def inductor_config() -> Any:

@@ -219,6 +219,7 @@ class Hooks:
     def __init__(self, router: Router) -> None:
         self.router = router
         self._saved: dict[str, Any] = {}
+        self._module_caches: Any = None
 
     def install(self) -> None:
         compat.check()
@@ -238,6 +239,12 @@ class Hooks:
         # is the pool, so ask for the asynchronous path whatever this machine's core count.
         threads = config.compile_threads or config.decide_compile_threads()
         config.compile_threads = max(2, threads)
+        if self.router.cache is not None:
+            from .module_cache import make_backend
+
+            cache = self.router.cache
+            self._module_caches = compat.remote_module_caches(lambda kind: make_backend(cache, kind))
+            self._module_caches.__enter__()
 
     def uninstall(self) -> None:
         if not self._saved:
@@ -248,6 +255,9 @@ class Hooks:
         ac._ready_future = None
         compat.inductor_config().compile_threads = self._saved["compile_threads"]
         self._saved = {}
+        if self._module_caches is not None:
+            self._module_caches.__exit__(None, None, None)
+            self._module_caches = None
 
 
 def stock_pools() -> tuple[Callable[[], Any], Callable[[Callable[[], Any]], Any]]:

@@ -99,7 +99,8 @@ def test_a_new_process_on_another_node_warm_starts(two_nodes: str, shared: str, 
     a_stats, a_out = compile_model(str(tmp_path / "local-a"), shared)
     assert a_stats["jobs"] > 0 and a_stats["bytes_written"] > 0
     b_stats, b_out = on_other_node(two_nodes, str(tmp_path / "local-b"), shared)
-    assert b_stats["jobs"] == 0 and b_stats["shared_hits"] == a_stats["jobs"] and b_stats["local_hits"] == 0, (
+    # B's hits: the compiled module (Inductor's FX-graph/AOTAutograd entry) and every kernel
+    assert b_stats["jobs"] == 0 and b_stats["shared_hits"] > a_stats["jobs"] and b_stats["local_hits"] == 0, (
         a_stats, b_stats)
     assert torch.equal(a_out, b_out)
 
@@ -108,9 +109,9 @@ def test_a_tampered_shared_entry_is_refused_and_recompiled(two_nodes: str, tmp_p
     shared_dir = tmp_path / "shared"
     a_stats, a_out = compile_model(str(tmp_path / "local-a"), f"file://{shared_dir}")
     manifests = list(shared_dir.rglob("manifest.json"))
-    assert len(manifests) == a_stats["jobs"]
+    assert len(manifests) > a_stats["jobs"]  # every kernel, and the compiled module
     for m in manifests:  # an attacker rewrites what an entry claims, without the secret
-        m.write_text(m.read_text().replace('"seconds"', '"secondz"'))
+        m.write_text(m.read_text().replace('"label"', '"labelz"'))
     b_stats, b_out = on_other_node(two_nodes, str(tmp_path / "local-b"), f"file://{shared_dir}")
-    assert b_stats["refused"] == a_stats["jobs"] and b_stats["jobs"] == a_stats["jobs"]
+    assert b_stats["refused"] > a_stats["jobs"] and b_stats["jobs"] == a_stats["jobs"]
     assert b_stats["shared_hits"] == 0 and torch.equal(a_out, b_out)
