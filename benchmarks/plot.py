@@ -11,6 +11,40 @@ import sys
 from typing import Any
 
 
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: pip install -e '.[bench]' for the plot)")
+        return None
+    return plt
+
+
+def bars_png(labels: list[str], values: list[float], path: pathlib.Path, title: str, xlabel: str,
+             line: float | None = None, line_label: str = "") -> pathlib.Path | None:
+    """Horizontal bars, one per case, with an optional goal line."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(labels)))
+    bars = ax.barh(labels, values, color="#4c72b0")
+    ax.bar_label(bars, fmt="%.2f", padding=3)
+    if line is not None:
+        ax.axvline(line, color="k", linestyle="--", linewidth=1)
+        ax.text(line, -0.6, f" {line_label}", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlim(0, max(values) * 1.2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def fanout_png(result: dict[str, Any], path: pathlib.Path) -> pathlib.Path | None:
     """Bars of wall time per mode, with the limit (serial job time / workers) as a line."""
     try:

@@ -116,12 +116,7 @@ class Farm:
             num_cpus=1, num_gpus=0, scheduling_strategy="SPREAD",
             max_retries=settings.retries, retry_exceptions=False,
         )
-        # Start one worker per CPU now, in the background: a worker's first job would otherwise
-        # pay for importing torch and Inductor (seconds) inside the compile.
-        self._warm_refs = [
-            ray.remote(_warm).options(num_cpus=1, scheduling_strategy="SPREAD").remote()
-            for _ in range(min(self.workers(), 256))
-        ]
+        self._warm_refs: list[Any] = []
         self.alive = True
         self._thread = threading.Thread(target=self._dispatch, name="raycompile-dispatch", daemon=True)
         self._thread.start()
@@ -190,6 +185,8 @@ class Farm:
         means Ray itself failed, and the caller should compile locally). It never raises.
         """
         key = job.key
+        if not self._warm_refs:
+            self.warm()
         with self._lock:
             if key in self._inflight:
                 self.stats.add(deduped=1)
@@ -275,8 +272,21 @@ class Farm:
             # worker or node died past its retries, object lost, or the cluster is gone
             return Failed(job.key, job.label, f"{type(e).__name__}: {e}", kind="infrastructure")
 
+    def warm(self) -> None:
+        """Start one worker per CPU, in the background: a worker's first job would otherwise pay
+        for importing torch and Inductor (seconds) inside the compile. Done at the first job, not at
+        start-up, so a process whose kernels all come from the cache spends no CPU on workers."""
+        with self._lock:
+            if self._warm_refs:
+                return
+            self._warm_refs = [
+                self._ray.remote(_warm).options(num_cpus=1, scheduling_strategy="SPREAD").remote()
+                for _ in range(max(1, min(self.workers(), 256)))
+            ]
+
     def wait_warm(self, timeout: float | None = None) -> int:
-        """Wait until the start-up warm-up has run on every worker slot; return the workers warmed."""
+        """Warm every worker slot (``warm``) and wait for it; return the workers warmed."""
+        self.warm()
         ready, _ = self._ray.wait(self._warm_refs, num_returns=len(self._warm_refs),
                                   timeout=timeout or self.settings.connect_timeout_s)
         return len(set(self._ray.get(ready)))
