@@ -9,11 +9,13 @@ import shutil
 import time
 
 import pytest
+import torch
 
 import raycompile
 from raycompile.errors import CompileError
 from raycompile.kernels import Built, CppJob, CppStep, Failed, TritonJob, Versions
 from raycompile.kernels.sources import read_kernel
+from raycompile.models import examples
 from raycompile.orchestrator import Farm
 from raycompile.settings import Settings
 from raycompile.wrapper import compat
@@ -73,3 +75,18 @@ def test_a_worker_killed_mid_job_is_retried_then_reported_as_infrastructure(
                                                   str(tmp_path / "ok.so"), str(tmp_path / "b2")),),
                                 {}, Versions.here(), str(tmp_path / "l2.lock"))).result(timeout=120)
         assert isinstance(ok, Built)  # the farm goes on
+
+
+def test_an_unreachable_redis_tier_compiles_and_counts(local_ray: None, caplog: pytest.LogCaptureFixture) -> None:
+    model, args = examples()["reduction_tail"]
+    raycompile.enable(shared_cache="redis://127.0.0.1:1/0")
+    try:
+        torch._dynamo.reset()
+        with compat.fresh_cache():
+            out = torch.compile(model)(*args)
+        s = raycompile.stats()
+    finally:
+        raycompile.disable()
+    torch.testing.assert_close(out, model(*args), rtol=1e-5, atol=1e-5)
+    assert s["jobs"] > 0 and s["shared_unavailable"] > 0 and s["failures"] == 0
+    assert "Redis at redis://127.0.0.1:1/0 is unreachable" in caplog.text

@@ -6,6 +6,7 @@ refused and recompiled, never loaded."""
 from __future__ import annotations
 
 import pathlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,7 +34,17 @@ def two_nodes() -> Iterator[str]:
     cluster.shutdown()
 
 
-def compile_model(cache_dir: str, shared: str) -> tuple[dict[str, Any], torch.Tensor]:
+def compile_model(cache_dir: str, shared: str, threads: int = 0) -> tuple[dict[str, Any], torch.Tensor]:
+    """Compile a model through the farm with the given tiers; return stats and output.
+
+    Self-contained (imports inside), so Ray ships it by value to run on another node."""
+    import torch
+
+
+    if threads:
+        # Ray workers run with OMP_NUM_THREADS=1; Inductor's C++ kernels depend on the thread
+        # count, so match the driver's, as another node with the same hardware would.
+        torch.set_num_threads(threads)
     model, args = examples()["reduction_tail"]
     raycompile.enable(address="auto", cache_dir=cache_dir, shared_cache=shared)
     try:
@@ -46,32 +57,14 @@ def compile_model(cache_dir: str, shared: str) -> tuple[dict[str, Any], torch.Te
 
 
 def on_other_node(node: str, cache_dir: str, shared: str) -> tuple[dict[str, Any], torch.Tensor]:
+    """A NEW process on the OTHER node: a Ray task pinned there."""
     import ray
+    from ray import cloudpickle
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    def compile_there(cache_dir: str, shared: str, threads: int) -> tuple[dict[str, Any], torch.Tensor]:
-        # defined here so Ray ships it by value (the test module is not importable on workers)
-        import torch
-
-        # Ray workers run with OMP_NUM_THREADS=1; Inductor's C++ kernels depend on the thread
-        # count, so match the driver's, as another node with the same hardware would.
-        torch.set_num_threads(threads)
-
-        import raycompile
-        from raycompile.models import examples
-        from raycompile.wrapper import compat
-
-        model, args = examples()["reduction_tail"]
-        raycompile.enable(address="auto", cache_dir=cache_dir, shared_cache=shared)
-        try:
-            torch._dynamo.reset()
-            with compat.fresh_cache():
-                out = torch.compile(model)(*args)
-            return raycompile.stats(), out
-        finally:
-            raycompile.disable()
-
-    task = ray.remote(compile_there).options(
+    # by value: this test module is not importable on the workers
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    task = ray.remote(compile_model).options(
         num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
         runtime_env={"env_vars": {"RAYCOMPILE_SECRET": SECRET}})
     return ray.get(task.remote(cache_dir, shared, torch.get_num_threads()), timeout=600)
