@@ -167,9 +167,9 @@ class FileTier:
             for name, data in blobs.items():
                 write_atomic(os.path.join(tmp, _blob_file(name)), data)
             write_atomic(os.path.join(tmp, "manifest.json"), manifest)  # last
-            if os.path.isdir(d):  # a bad entry being repaired
-                self.drop(key)
             try:
+                # never replaces a published entry (a reader may be reading it): a bad one was
+                # already dropped by the get() that found it, so this publishes the repair
                 os.rename(tmp, d)
             except OSError:  # another writer published the same key first: theirs stands
                 return 0
