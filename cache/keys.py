@@ -2,20 +2,28 @@
 
 Inputs: the kernel source (Triton module text, or the C++ sources and the resolved command lines),
 the torch / triton / ptxas versions, the target arch, and the settings Inductor passes with the job.
-
-The CUDA device index is still part of a Triton kernel's source and so of its key: the cubin does
-not depend on it, but the cached autotuner records it (``triton_meta['device']``) and would launch
-on that device. Sharing one entry between ranks on cuda:0 and cuda:1 (pytorch#170123) needs those
-fields rewritten on load; until then, correctness first.
+The CUDA device index is NOT an input: the cubin does not depend on it, so the same kernel
+compiled for cuda:0 and cuda:1 (rank 0 and rank 1) shares one entry, where Inductor's FX-graph cache
+misses (pytorch#170123). The cached autotuner records its device; the loader points it at the
+requesting device (``wrapper.compat.set_autotuner_device``).
 """
+
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 
 KEY_VERSION = 1  # bump when the layout of what is cached changes
+
+_DEVICE_INDEX = re.compile(r"(DeviceProperties\(type='\w+', )index=\d+, ")
+
+
+def normalize_source(source: str) -> str:
+    """The kernel source with its device index removed (it does not change the binary)."""
+    return _DEVICE_INDEX.sub(r"\1", source)
 
 
 def kernel_key(
@@ -31,7 +39,7 @@ def kernel_key(
     doc = {
         "v": KEY_VERSION,
         "kind": kind,
-        "sources": list(sources),
+        "sources": [normalize_source(s) for s in sources],
         "torch": torch_version,
         "triton": triton_version,
         "ptxas": ptxas_version,

@@ -128,6 +128,25 @@ def gpu_driver_check_disabled() -> Iterator[None]:
         triton_helpers.set_driver_to_gpu = original
 
 
+def set_autotuner_device(kernel: Any, index: int) -> None:
+    """Point a compiled CachingAutotuner at CUDA device ``index``.
+
+    The cubins do not depend on the device index; the autotuner records it in ``triton_meta``,
+    ``device_props`` and each compile result's ``compile_meta`` (it launches under a DeviceGuard
+    of ``triton_meta['device']``). Rewriting those lets ranks on cuda:0 and cuda:1 share one
+    cache entry (pytorch#170123). Checked on 2.11.0 and 2.13.0.
+    """
+    if kernel.triton_meta.get("device") == index:
+        return
+    kernel.triton_meta["device"] = index
+    if getattr(kernel, "device_props", None) is not None:
+        kernel.device_props = kernel.device_props._replace(index=index)
+    for result in getattr(kernel, "compile_results", None) or []:
+        meta = getattr(result, "compile_meta", None)
+        if isinstance(meta, dict) and "device" in meta:
+            meta["device"] = index
+
+
 def triton_cache_group_dir(kernel: Any) -> list[str]:
     """Directories of Triton's cache holding the artifacts of each compiled config of ``kernel``."""
     from torch._inductor.runtime.runtime_utils import triton_hash_to_path_key

@@ -199,7 +199,9 @@ class Router:
         verified (cache/store.py)."""
         publish(files)  # .so/.o at the paths Inductor loads; Triton's cache group
         if isinstance(job, TritonJob):
-            return pickle.loads(payload or b""), int(seconds * 1e6)
+            kernel = pickle.loads(payload or b"")
+            compat.set_autotuner_device(kernel, _device_index(job))  # an entry made by another rank
+            return kernel, int(seconds * 1e6)
         return None
 
 
