@@ -10,6 +10,7 @@ import time
 
 import pytest
 import torch
+from farmrun import compile_on_farm
 
 import raycompile
 from raycompile.errors import CompileError
@@ -79,14 +80,7 @@ def test_a_worker_killed_mid_job_is_retried_then_reported_as_infrastructure(
 
 def test_an_unreachable_redis_tier_compiles_and_counts(local_ray: None, caplog: pytest.LogCaptureFixture) -> None:
     model, args = examples()["reduction_tail"]
-    raycompile.enable(shared_cache="redis://127.0.0.1:1/0")
-    try:
-        torch._dynamo.reset()
-        with compat.fresh_cache():
-            out = torch.compile(model)(*args)
-        s = raycompile.stats()
-    finally:
-        raycompile.disable()
+    out, s = compile_on_farm(model, args, shared_cache="redis://127.0.0.1:1/0")
     torch.testing.assert_close(out, model(*args), rtol=1e-5, atol=1e-5)
     assert s["jobs"] > 0 and s["shared_unavailable"] > 0 and s["failures"] == 0
     assert "Redis at redis://127.0.0.1:1/0 is unreachable" in caplog.text

@@ -7,17 +7,11 @@ import os
 
 import pytest
 import torch
+from farmrun import compile_fresh
 
 import raycompile
 from raycompile.models import examples
 from raycompile.wrapper import compat
-
-
-def compile_fresh(model: torch.nn.Module, args: tuple[torch.Tensor, ...], **kw: object) -> torch.Tensor:
-    """A cold compile: empty Inductor caches, so every kernel is really built."""
-    torch._dynamo.reset()
-    with compat.fresh_cache():
-        return torch.compile(model, **kw)(*args)
 
 
 @pytest.mark.parametrize("name", ["transformer_block", "convnet_bn", "reduction_tail"])

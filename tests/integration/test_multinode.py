@@ -8,14 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from farmrun import compile_fresh, compile_on_farm
 
-import raycompile
 from raycompile.kernels import Built, TritonJob, Versions
 from raycompile.kernels.sources import find_kernels
 from raycompile.models import examples
 from raycompile.orchestrator import Farm
 from raycompile.settings import Settings
-from raycompile.wrapper import compat
 
 
 @pytest.fixture(scope="module")
@@ -34,17 +33,8 @@ def two_nodes() -> Iterator[object]:
 
 def test_model_compile_jobs_spread_over_both_nodes(two_nodes: object) -> None:
     model, args = examples()["transformer_block"]
-    torch._dynamo.reset()
-    with compat.fresh_cache():
-        stock = torch.compile(model)(*args)
-    raycompile.enable(address="auto")
-    try:
-        torch._dynamo.reset()
-        with compat.fresh_cache():
-            out = torch.compile(model)(*args)
-        s = raycompile.stats()
-    finally:
-        raycompile.disable()
+    stock = compile_fresh(model, args)
+    out, s = compile_on_farm(model, args, address="auto")
     assert torch.equal(out, stock)
     assert len(s["nodes"]) == 2 and s["jobs"] == sum(s["nodes"].values())
 
