@@ -43,6 +43,12 @@ def target_of(source: str) -> tuple[str, int, int]:
     return m.group(1), int(m.group(2)), int(m.group(3))
 
 
+def device_index(source: str) -> int:
+    """The CUDA device index recorded in an Inductor kernel source (0 when none is)."""
+    m = re.search(r"DeviceProperties\(type='\w+', index=(\d+)", source)
+    return int(m.group(1)) if m else 0
+
+
 def retarget(source: str, arch: int) -> str:
     """The same kernel source with its recorded target changed to compute capability ``arch``."""
 

@@ -13,7 +13,6 @@ import hashlib
 import logging
 import os
 import pickle
-import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -23,7 +22,7 @@ from ..cache import Cache, Entry, kernel_key, publish
 from ..errors import CompileError
 from ..kernels import Built, CppJob, CppStep, Failed, Job, Result, TritonJob, Versions
 from ..kernels.cpp_compile import compiler_version, resolve_command
-from ..kernels.triton_compile import ptxas_version, target_of
+from ..kernels.triton_compile import device_index, ptxas_version, target_of
 from . import compat
 
 log = logging.getLogger("raycompile.hooks")
@@ -78,18 +77,14 @@ def cache_key(job: Job) -> str:
                       compiler_version(job.steps[0].command[0]), "", {})
 
 
-def _device_index(job: Job) -> int:
-    m = re.search(r"DeviceProperties\(type='\w+', index=(\d+)", job.source) if isinstance(job, TritonJob) else None
-    return int(m.group(1)) if m else 0
-
-
 def _to_local_paths(files: dict[str, bytes], job: Job) -> dict[str, bytes]:
     """Names in a result or cache entry -> paths on this node: ``triton/GROUP/FILE`` under this
     process's Triton cache dir, ``inductor/REL`` under its Inductor cache dir, absolute as is."""
     out = {}
+    triton_dir = compat.driver_triton_cache_dir(device_index(job.source)) if isinstance(job, TritonJob) else ""
     for name, data in files.items():
         if name.startswith("triton/"):
-            out[os.path.join(compat.driver_triton_cache_dir(_device_index(job)), name[len("triton/"):])] = data
+            out[os.path.join(triton_dir, name[len("triton/"):])] = data
         elif name.startswith("inductor/"):
             out[os.path.join(compat.inductor_cache_dir(), name[len("inductor/"):])] = data
         else:
@@ -200,7 +195,7 @@ class Router:
         publish(files)  # .so/.o at the paths Inductor loads; Triton's cache group
         if isinstance(job, TritonJob):
             kernel = pickle.loads(payload or b"")
-            compat.set_autotuner_device(kernel, _device_index(job))  # an entry made by another rank
+            compat.set_autotuner_device(kernel, device_index(job.source))  # an entry made by another rank
             return kernel, int(seconds * 1e6)
         return None
 
