@@ -75,6 +75,11 @@ def verify_entry(key: str, manifest: bytes, blobs: dict[str, bytes | None], secr
     return Entry(key, out, body.get("meta", {}))
 
 
+class TierUnavailable(Exception):
+    """A put that could not reach its tier (a Redis or head service that is down): the caller
+    counts it in ``shared_unavailable`` and goes on; the entry stays in the other tier."""
+
+
 class Tier(Protocol):
     name: str
 
@@ -275,5 +280,5 @@ class RedisTier:
             pipe.execute()
         except redis.RedisError as e:
             self._unavailable(e)
-            return 0
+            raise TierUnavailable(str(e)) from None
         return entry.size

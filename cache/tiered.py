@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import SettingsError
 from .signing import load_secret
-from .store import Entry, FileTier, Miss, RedisTier, Tier
+from .store import Entry, FileTier, Miss, RedisTier, Tier, TierUnavailable
 
 
 class Cache:
@@ -57,6 +57,8 @@ class Cache:
             if tier is not None:
                 try:
                     written += tier.put(entry)
+                except TierUnavailable:  # already warned once by the tier
+                    self.stats.add(shared_unavailable=1)
                 except OSError as e:  # read-only or full disk: warn via stats, keep going
                     self.stats.add(put_errors=1)
                     import logging

@@ -7,6 +7,7 @@ for its own CPU (``native_march_flags``) and the job carries those.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shlex
@@ -83,17 +84,26 @@ def run_cpp_job(job: CppJob) -> Result:
                     continue
                 os.makedirs(step.build_dir, exist_ok=True)
                 os.makedirs(os.path.dirname(step.target), exist_ok=True)
+                # Build into a private name, renamed into place when complete: a worker killed
+                # mid-build leaves its compiler running, and the retry must never take that
+                # compiler's half-written output for a finished target.
+                partial = f"{step.target}.{os.getpid()}.partial"
+                command = [partial if arg == step.target else arg for arg in step.command]
                 try:
                     proc = subprocess.run(
-                        step.command, cwd=step.build_dir, capture_output=True, text=True,
+                        command, cwd=step.build_dir, capture_output=True, text=True,
                         timeout=BUILD_TIMEOUT_S, check=False,
                     )
                 finally:
                     shutil.rmtree(step.build_dir, ignore_errors=True)
                 if proc.returncode != 0:
+                    with contextlib.suppress(OSError):
+                        os.unlink(partial)
                     msg = (proc.stderr or proc.stdout).strip()[-4000:]
                     return Failed(job.key, job.label, f"{step.command[0]} exited {proc.returncode}:\n{msg}",
                                   seconds=time.perf_counter() - start)
+                if os.path.exists(partial):
+                    os.replace(partial, step.target)
             files = {}
             for step in job.steps:
                 with open(step.target, "rb") as f:

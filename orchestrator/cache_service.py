@@ -11,7 +11,7 @@ import logging
 import os
 from typing import Any
 
-from ..cache.store import Entry, FileTier, Miss, manifest_for, verify_entry
+from ..cache.store import Entry, FileTier, Miss, TierUnavailable, manifest_for, verify_entry
 
 log = logging.getLogger("raycompile.cache")
 
@@ -82,7 +82,7 @@ class RayHeadTier:
                                                            entry.blobs), timeout=self.timeout_s)
         except Exception as e:
             self._unavailable(e)
-            return 0
+            raise TierUnavailable(str(e)) from None
 
     def usage(self) -> dict[str, Any]:
         return self._ray.get(self.actor.usage.remote(), timeout=self.timeout_s)

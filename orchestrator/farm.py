@@ -8,6 +8,7 @@ waits on every task in flight and resolves each job's ``concurrent.futures.Futur
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -25,6 +26,16 @@ from .progress import Progress
 from .stats import Stats
 
 log = logging.getLogger("raycompile.farm")
+
+# Custom resources a cluster may offer (cluster.yaml): compile slots a node lends to the farm, and
+# GPU nodes for `raycompile precompile` variants. Asked for only when the cluster has them.
+COMPILE_RESOURCE = "raycompile_compile"
+GPU_RESOURCE = "raycompile_gpu"
+
+
+def compile_resources(offered: dict[str, float]) -> dict[str, float]:
+    """What a compile job asks for beyond one CPU: a compile slot, where the cluster has any."""
+    return {COMPILE_RESOURCE: 1} if offered.get(COMPILE_RESOURCE, 0) >= 1 else {}
 
 
 def _execute(job: Job) -> Result:
@@ -67,6 +78,8 @@ class _Pending:
     job: Job
     future: Future[Result]
     deadline: float
+    crashes: int = 0  # re-runs after a worker or node died under the job
+    timeouts: int = 0  # re-runs after a time-out (at most one)
 
 
 def _preflight(address: str, timeout: float) -> None:
@@ -112,9 +125,12 @@ class Farm:
         except BaseException:
             self.close()
             raise
+        # Retries are the farm's, not Ray's (max_retries=0): a job whose worker or node died is
+        # sent again (``retries`` times) and counted in stats()["retried"], so users see it.
+        self._resources = compile_resources(ray.cluster_resources())
         self._remote = ray.remote(_execute).options(
-            num_cpus=1, num_gpus=0, scheduling_strategy="SPREAD",
-            max_retries=settings.retries, retry_exceptions=False,
+            num_cpus=1, num_gpus=0, scheduling_strategy="SPREAD", max_retries=0, retry_exceptions=False,
+            resources=self._resources,
         )
         self._warm_refs: list[Any] = []
         self.alive = True
@@ -158,14 +174,23 @@ class Farm:
             probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
             for n in alive
         ]
-        try:
-            infos = ray.get(refs, timeout=self.settings.connect_timeout_s)
-        except ray.exceptions.GetTimeoutError:
+        _, late = ray.wait(refs, num_returns=len(refs), timeout=self.settings.connect_timeout_s)
+        if late:
             raise FarmUnavailableError(
                 self.settings.address or "the embedded local Ray",
-                f"its workers did not answer a probe within {self.settings.connect_timeout_s:.0f} s "
+                f"{len(late)} node(s) did not answer a probe within {self.settings.connect_timeout_s:.0f} s "
                 "(raise RAYCOMPILE_CONNECT_TIMEOUT_S if workers start slowly)",
-            ) from None
+            )
+        infos = []
+        for node, ref in zip(alive, refs):
+            try:
+                infos.append(ray.get(ref, timeout=self.settings.connect_timeout_s))
+            except ray.exceptions.RayError as e:  # the node died since ray.nodes() listed it
+                log.warning("raycompile: node %s left the cluster during the first-contact probe (%s); "
+                            "going on without it", node[:12], type(e).__name__)
+        if not infos:
+            raise FarmUnavailableError(self.settings.address or "the embedded local Ray",
+                                       "no node answered the first-contact probe")
         for info in infos:
             if info["versions"] != self.versions:
                 v, d = info["versions"], self.versions
@@ -196,19 +221,31 @@ class Farm:
                 future.set_result(Failed(key, job.label, "the Ray cluster is gone", kind="infrastructure"))
                 return future
             self._inflight[key] = future
+        if self._send(_Pending(job, future, 0.0)):
+            self.stats.add(jobs=1)
+            if self.progress is not None:
+                self.progress.submitted()
+        return future
+
+    def _send(self, p: _Pending) -> bool:
+        """Start (or restart) ``p``'s task; False (and ``p`` finished) if Ray refused it."""
         try:
-            ref = self._remote.remote(job)
+            ref = self._remote.remote(p.job)
         except Exception as e:  # Ray died between jobs
             self._mark_dead(e)
-            self._finish(key, future, Failed(key, job.label, f"Ray refused the job: {e}", kind="infrastructure"))
-            return future
-        self.stats.add(jobs=1)
-        if self.progress is not None:
-            self.progress.submitted()
+            self._finish(p.job.key, p.future,
+                         Failed(p.job.key, p.job.label, f"Ray refused the job: {e}", kind="infrastructure"))
+            return False
+        p.deadline = time.monotonic() + self.settings.job_timeout_s
         with self._lock:
-            self._pending[ref] = _Pending(job, future, time.monotonic() + self.settings.job_timeout_s)
+            self._pending[ref] = p
             self._wake.notify()
-        return future
+        return True
+
+    def _retry(self, p: _Pending, why: str) -> None:
+        log.warning("raycompile: %s: %s; sending it again", p.job.label, why)
+        self.stats.add(retried=1)
+        self._send(p)
 
     def _finish(self, key: str, future: Future[Result], result: Result) -> None:
         with self._lock:
@@ -248,15 +285,26 @@ class Farm:
             for ref in ready:
                 with self._lock:
                     p = self._pending.pop(ref)
-                self._finish(p.job.key, p.future, self._collect(ref, p.job))
+                result = self._collect(ref, p.job)
+                if (isinstance(result, Failed) and result.kind == "infrastructure" and self.alive
+                        and p.crashes < self.settings.retries):
+                    p.crashes += 1
+                    self._retry(p, f"its worker or node was lost ({result.message.splitlines()[0][:200]})")
+                    continue
+                self._finish(p.job.key, p.future, result)
             now = time.monotonic()
             with self._lock:
                 expired = [(r, p) for r, p in self._pending.items() if p.deadline < now]
                 for r, _ in expired:
                     del self._pending[r]
             for ref, p in expired:
-                ray.cancel(ref, force=True)
-                msg = (f"no result within {self.settings.job_timeout_s:.0f} s; raise "
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+                if p.timeouts == 0:  # a stuck worker is more likely than a kernel that needs 2x
+                    p.timeouts += 1
+                    self._retry(p, f"no result within {self.settings.job_timeout_s:.0f} s")
+                    continue
+                msg = (f"no result within {self.settings.job_timeout_s:.0f} s, twice; raise "
                        "RAYCOMPILE_JOB_TIMEOUT_S if kernels this large are expected")
                 self._finish(p.job.key, p.future, Failed(p.job.key, p.job.label, msg, kind="timeout"))
         for p in pending.values():
@@ -280,7 +328,8 @@ class Farm:
             if self._warm_refs:
                 return
             self._warm_refs = [
-                self._ray.remote(_warm).options(num_cpus=1, scheduling_strategy="SPREAD").remote()
+                self._ray.remote(_warm).options(num_cpus=1, scheduling_strategy="SPREAD",
+                                                resources=self._resources).remote()
                 for _ in range(max(1, min(self.workers(), 256)))
             ]
 
@@ -292,9 +341,11 @@ class Farm:
         return len(set(self._ray.get(ready)))
 
     def workers(self) -> int:
-        """CPUs the cluster offers compile jobs."""
+        """CPUs the cluster offers compile jobs (its compile slots, where it has any)."""
         try:
-            return int(self._ray.cluster_resources().get("CPU", 0))
+            offered = self._ray.cluster_resources()
+            slots = offered.get(COMPILE_RESOURCE, 0) if compile_resources(offered) else float("inf")
+            return int(min(offered.get("CPU", 0), slots))
         except Exception:
             return 0
 

@@ -28,7 +28,10 @@ class Stats:
         self._lock = threading.Lock()
         self.jobs = 0  # tasks sent to Ray
         self.deduped = 0  # requests answered by a job already in flight
+        self.dedupe_cluster = 0  # requests answered by another driver's compile (the coordinator)
+        self.coordinator_unavailable = 0  # requests compiled without the coordinator: it did not answer
         self.fallbacks = 0  # compiles that ran locally because Ray was unreachable or died
+        self.retried = 0  # jobs sent again: their worker or node died, or they timed out once
         self.failures = 0  # jobs that ended in an error of the kernel (not of Ray)
         self.compile_seconds = 0.0  # summed over jobs, as measured on the workers
         self.nodes: Counter[str] = Counter()  # node id -> jobs run there
@@ -45,6 +48,14 @@ class Stats:
         self.bytes_written = 0
         self.shared_unavailable = 0  # lookups that found the shared tier unreachable
         self.put_errors = 0
+        # autotuning on GPU actors (orchestrator/gpu_pool.py, wrapper/autotune.py)
+        self.benchmarks = 0  # candidates (configs, max-autotune choices) timed on GPU actors
+        self.benchmark_seconds = 0.0  # summed over those, as measured on the actors
+        self.benchmark_failures = 0  # candidates marked failed (inf): an error, a crashed GPU, a time-out
+        self.gpu_restarts = 0  # GPU actors that died under a candidate (and were restarted)
+        self.benchmarks_local = 0  # kernels autotuned locally instead (indirect indexing, source unknown)
+        self.autotune_cached = 0  # kernels whose stored winner was used: nothing benchmarked
+        self.gpus: Counter[str] = Counter()  # GPU id (node/index) -> candidates timed there
 
     def add(self, **deltas: float) -> None:
         with self._lock:
@@ -70,6 +81,14 @@ class Stats:
             self.records.append(JobRecord(result.label, result.node_id, result.pid, result.started,
                                           result.seconds, outcome))
 
+    def benchmarked(self, gpu: str, seconds: float, failed: bool) -> None:
+        """Count one candidate timed on GPU actor ``gpu``."""
+        with self._lock:
+            self.benchmarks += 1
+            self.benchmark_seconds += seconds
+            self.benchmark_failures += int(failed)
+            self.gpus[gpu] += 1
+
     def job_records(self) -> list[JobRecord]:
         with self._lock:
             return list(self.records)
@@ -79,7 +98,10 @@ class Stats:
             return {
                 "jobs": self.jobs,
                 "deduped": self.deduped,
+                "dedupe_cluster": self.dedupe_cluster,
+                "coordinator_unavailable": self.coordinator_unavailable,
                 "fallbacks": self.fallbacks,
+                "retried": self.retried,
                 "failures": self.failures,
                 "compile_seconds": round(self.compile_seconds, 3),
                 "nodes": dict(self.nodes),
@@ -87,4 +109,11 @@ class Stats:
                 **{k: getattr(self, k) for k in (
                     "local_hits", "shared_hits", "misses", "corrupt", "refused", "evictions",
                     "bytes_read", "bytes_written", "shared_unavailable", "put_errors")},
+                "benchmarks": self.benchmarks,
+                "benchmark_seconds": round(self.benchmark_seconds, 3),
+                "benchmark_failures": self.benchmark_failures,
+                "gpu_restarts": self.gpu_restarts,
+                "benchmarks_local": self.benchmarks_local,
+                "autotune_cached": self.autotune_cached,
+                "gpus": dict(self.gpus),
             }

@@ -19,7 +19,8 @@ def run_demo(address: str | None = None, num_cpus: int | None = None) -> int:
     print(f"raycompile demo: torch {torch.__version__} on {device}"
           + (f" ({torch.cuda.get_device_name()})" if device == "cuda" else ""))
     t0 = time.perf_counter()
-    enable(address, num_cpus=num_cpus)
+    # an address the user named must be reachable: say so (exit 2) rather than run locally
+    enable(address, num_cpus=num_cpus, fallback=False if address else None)
     from . import _session
 
     farm = _session.farm if _session is not None else None

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 import redis
 
 from raycompile.cache import Entry, Miss, RedisTier
+from raycompile.cache.store import TierUnavailable
 
 SECRET = b"k" * 32
 
@@ -31,5 +33,6 @@ def test_unreachable_redis_is_a_miss_not_a_crash() -> None:
     tier = RedisTier("redis://127.0.0.1:1/0", SECRET)
     start = time.monotonic()
     assert tier.get("ab" * 32).reason == "unavailable"
-    assert tier.put(Entry("ab" * 32, {"x": b"1"})) == 0
+    with pytest.raises(TierUnavailable):  # Cache.put counts it in shared_unavailable and goes on
+        tier.put(Entry("ab" * 32, {"x": b"1"}))
     assert time.monotonic() - start < 10
