@@ -33,8 +33,10 @@ def _parser() -> argparse.ArgumentParser:
     ck.add_argument("--num-cpus", type=int, help="CPUs of the embedded local Ray")
     ck.add_argument("--job-timeout", type=float, help="seconds one kernel may take")
     from .cli_cache import add_parser
+    from .cli_cluster import add_parsers
 
     add_parser(sub)
+    add_parsers(sub)
     return p
 
 
@@ -79,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
             from .cli_cache import run
 
             return run(args)
+        if args.command in ("precompile", "status"):
+            from .cli_cluster import run_precompile, run_status
+
+            return run_precompile(args) if args.command == "precompile" else run_status(args)
         return _compile_kernels(args)
     except RaycompileError as e:
         print(f"raycompile: {e}", file=sys.stderr)

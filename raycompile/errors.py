@@ -84,3 +84,47 @@ class UnknownArchError(RaycompileError, ValueError):
 
 class SettingsError(RaycompileError, ValueError):
     """A setting (argument or RAYCOMPILE_* variable) has a value raycompile cannot use."""
+
+
+class SpecError(RaycompileError, ValueError):
+    """A precompile spec (or its entry point) that raycompile cannot use."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path, self.reason = path, reason
+        super().__init__(path, reason)
+
+    def __str__(self) -> str:
+        if self.path.endswith(".py"):  # the script of `raycompile precompile SCRIPT`
+            return f"{self.path}: {self.reason}. Usage: raycompile precompile SCRIPT [-- ARGS]"
+        return (
+            f"{self.path}: {self.reason}. A spec is JSON or YAML: "
+            '{"variants": [{"entry": "package.module:function", "inputs": [{"shape": [8, 96]}]}]} '
+            "(see `raycompile precompile --help`)"
+        )
+
+
+class NoGPUError(RaycompileError):
+    """A benchmark needs a GPU model the cluster has no GPU worker of."""
+
+    def __init__(self, group: str, available: list[str]) -> None:
+        self.group, self.available = group, list(available)
+        super().__init__(group, self.available)
+
+    def __str__(self) -> str:
+        have = ", ".join(self.available) or "none"
+        return (
+            f"no GPU of {self.group} in the Ray cluster (GPU groups there: {have}). A benchmark runs only "
+            "on the GPU model its kernel targets: add a node with that GPU (ray start --num-gpus N), or "
+            "pass gpu= one of the groups to raycompile.autotune."
+        )
+
+
+class AutotuneError(RaycompileError):
+    """Every config of a kernel failed on the GPU workers, or the kernel cannot be sent to them."""
+
+    def __init__(self, kernel: str, message: str) -> None:
+        self.kernel, self.message = kernel, message
+        super().__init__(kernel, message)
+
+    def __str__(self) -> str:
+        return f"autotuning {self.kernel!r} failed: {self.message}"

@@ -1,0 +1,91 @@
+"""`raycompile precompile --spec`: each variant a Ray task that enables the farm, compiles and runs
+the variant once. On a GPU node when the cluster has GPUs (on the ``raycompile_gpu`` nodes where
+it labels them), else on a CPU, with at most half the CPUs taken by variants so that the compile
+jobs they send always find a CPU."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import FarmUnavailableError
+from ..precompile import Variant, VariantResult, run_variant
+from ..settings import Settings
+from .farm import GPU_RESOURCE, _preflight
+
+log = logging.getLogger("raycompile.precompile")
+
+
+def connect(settings: Settings) -> bool:
+    """Join the cluster at ``settings.address`` (an embedded local Ray when there is none).
+    Returns whether this call connected (so the caller shuts Ray down). Raises
+    FarmUnavailableError when the address does not answer."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = settings.address
+    try:
+        if address:
+            _preflight(address, settings.connect_timeout_s)
+            ray.init(address=address, namespace=settings.namespace, log_to_driver=False,
+                     logging_level=logging.WARNING)
+        else:
+            ray.init(address="local", num_cpus=settings.num_cpus, namespace=settings.namespace,
+                     include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    except FarmUnavailableError:
+        raise
+    except Exception as e:
+        raise FarmUnavailableError(address or "an embedded local Ray", f"{type(e).__name__}: {e}") from e
+    return True
+
+
+def placement(offered: dict[str, float]) -> tuple[dict[str, Any], int]:
+    """The task options of one variant, and how many may run at once."""
+    if offered.get("GPU", 0) >= 1:
+        resources = {GPU_RESOURCE: 1} if offered.get(GPU_RESOURCE, 0) >= 1 else {}
+        return {"num_gpus": 1, "num_cpus": 1, "resources": resources}, 1 << 30
+    return {"num_cpus": 1, "num_gpus": 0}, max(1, int(offered.get("CPU", 1)) // 2)
+
+
+def run_variants(variants: Sequence[Variant], settings: Settings, paths: Sequence[str] = (),
+                 timeout_s: float = 3600.0) -> list[VariantResult]:
+    """Run every variant on the cluster (``connect``); results in the order given. A variant
+    that raises, dies with its worker or outlives ``timeout_s`` is a failed result, not an error."""
+    import ray
+
+    owns = connect(settings)
+    try:
+        options, limit = placement(ray.cluster_resources())
+        task = ray.remote(run_variant).options(max_retries=0, **options)
+        deadline = time.monotonic() + timeout_s
+        results: dict[int, VariantResult] = {}
+        running: dict[Any, int] = {}
+        todo = list(range(len(variants)))
+        while todo or running:
+            while todo and len(running) < limit:
+                i = todo.pop(0)
+                running[task.remote(variants[i], list(paths))] = i
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, min(5.0, deadline - time.monotonic())))
+            for ref in ready:
+                i = running.pop(ref)
+                try:
+                    results[i] = ray.get(ref)
+                except Exception as e:  # the worker or node died
+                    results[i] = VariantResult(variants[i].name, "failed", error=f"{type(e).__name__}: {e}")
+            if time.monotonic() > deadline:
+                for ref, i in running.items():
+                    with contextlib.suppress(Exception):  # already finished, or its node is gone
+                        ray.cancel(ref, force=True)
+                    results[i] = VariantResult(variants[i].name, "timeout", timeout_s,
+                                               error=f"not done within {timeout_s:.0f} s (--timeout)")
+                for i in todo:
+                    results[i] = VariantResult(variants[i].name, "timeout", error="never started (--timeout)")
+                break
+        return [results[i] for i in range(len(variants))]
+    finally:
+        if owns:
+            ray.shutdown()
