@@ -1,5 +1,6 @@
-"""Inductor integration: the hooks that route kernel compiles to the farm, and the compat
-module that holds every touch point with Inductor's private API."""
+"""Inductor integration: the hooks that route kernel compiles to the farm, the output module's
+codegen (codegen.py) and the runtime such modules import (runtime.py), and the compat module
+that holds every touch point with Inductor's private API."""
 
 from __future__ import annotations
 

@@ -47,7 +47,85 @@ SEAMS: dict[str, tuple[str, str]] = {
         "torch._inductor.remote_cache", "RemoteFxGraphCache.backend_override_cls"),
     "RemoteAOTAutogradCache.backend_override_cls": (
         "torch._inductor.remote_cache", "RemoteAOTAutogradCache.backend_override_cls"),
+    # the output module (wrapper/codegen.py, wrapper/runtime.py). Checked on 2.13.0; 2.11.0: to check
+    "PythonWrapperCodegen": ("torch._inductor.codegen.wrapper", "PythonWrapperCodegen"),
+    "PythonWrapperCodegen.create": ("torch._inductor.codegen.wrapper", "PythonWrapperCodegen.create"),
+    "PythonWrapperCodegen.write_header": ("torch._inductor.codegen.wrapper", "PythonWrapperCodegen.write_header"),
+    "PythonWrapperCodegen.write_kernel_autotune_defs_header": (
+        "torch._inductor.codegen.wrapper", "PythonWrapperCodegen.write_kernel_autotune_defs_header"),
+    "PythonWrapperCodegen.write_async_compile_wait": (
+        "torch._inductor.codegen.wrapper", "PythonWrapperCodegen.write_async_compile_wait"),
+    "PythonWrapperCodegen.define_kernel": ("torch._inductor.codegen.wrapper", "PythonWrapperCodegen.define_kernel"),
+    "SubgraphPythonWrapperCodegen": ("torch._inductor.codegen.wrapper", "SubgraphPythonWrapperCodegen"),
+    "IndentedBuffer._lines": ("torch._inductor.utils", "IndentedBuffer.__init__"),
+    "DelayReplaceLine": ("torch._inductor.utils", "DelayReplaceLine"),
+    "init_backend_registration": ("torch._inductor.codegen.common", "init_backend_registration"),
+    "register_backend_for_device": ("torch._inductor.codegen.common", "register_backend_for_device"),
+    "get_wrapper_codegen_for_device": ("torch._inductor.codegen.common", "get_wrapper_codegen_for_device"),
+    "device_codegens": ("torch._inductor.codegen.common", "device_codegens"),
+    "custom_backend_passes": ("torch._inductor.codegen.common", "custom_backend_passes"),
+    "custom_backend_codegen_configs": ("torch._inductor.codegen.common", "custom_backend_codegen_configs"),
+    "AsyncCompile.triton": ("torch._inductor.async_compile", "AsyncCompile.triton"),
+    "AsyncCompile.wait": ("torch._inductor.async_compile", "AsyncCompile.wait"),
+    "config.use_static_triton_launcher": ("torch._inductor.config", "use_static_triton_launcher"),
+    "get_cpp_compiler": ("torch._inductor.cpp_builder", "get_cpp_compiler"),
+    "AutotuneCache.read_best": ("torch._inductor.runtime.autotune_cache", "AutotuneCache.read_best"),
+    "compiler.config.cache_key_tag": ("torch.compiler.config", "cache_key_tag"),
+    "FxGraphHashDetails.cache_key_tag": ("torch._inductor.codecache", "FxGraphHashDetails.__init__"),
+    "compiled_fx_graph_hash": ("torch._inductor.codecache", "compiled_fx_graph_hash"),
+    "CachingAutotuner": ("torch._inductor.runtime.triton_heuristics", "CachingAutotuner"),
+    "CodeCacheFuture": ("torch._inductor.codecache", "CodeCacheFuture"),
+    "LambdaFuture.future": ("torch._inductor.codecache", "LambdaFuture.__init__"),
+    "PyCodeCache.modules": ("torch._inductor.codecache", "PyCodeCache.modules"),
+    # autotuning on GPU actors (wrapper/autotune.py). Checked on 2.13.0; 2.11.0: to check
+    "autotune_process.get_tuning_process_pool": ("torch._inductor.autotune_process", "get_tuning_process_pool"),
+    "autotune_process.benchmark_in_sub_process": ("torch._inductor.autotune_process", "benchmark_in_sub_process"),
+    "TritonGPUBenchmarkRequest": ("torch._inductor.autotune_process", "TritonGPUBenchmarkRequest"),
+    "TritonBenchmarkRequest.module_path": ("torch._inductor.autotune_process", "TritonBenchmarkRequest.__init__"),
+    "BenchmarkRequest.benchmark": ("torch._inductor.autotune_process", "BenchmarkRequest.benchmark"),
+    "TensorMeta": ("torch._inductor.autotune_process", "TensorMeta"),
+    "config.autotune_in_subproc": ("torch._inductor.config", "autotune_in_subproc"),
+    "AlgorithmSelectorCache.benchmark_in_sub_process": (
+        "torch._inductor.select_algorithm", "AlgorithmSelectorCache.benchmark_in_sub_process"),
+    "PyCodeCache.write": ("torch._inductor.codecache", "PyCodeCache.write"),
+    "CachingAutotuner.benchmark_all_configs": (
+        "torch._inductor.runtime.triton_heuristics", "CachingAutotuner.benchmark_all_configs"),
+    "CachingAutotuner.autotune_to_one_config": (
+        "torch._inductor.runtime.triton_heuristics", "CachingAutotuner.autotune_to_one_config"),
+    "CachingAutotuner.bench": ("torch._inductor.runtime.triton_heuristics", "CachingAutotuner.bench"),
+    "CachingAutotuner._reload_kernel": ("torch._inductor.runtime.triton_heuristics", "CachingAutotuner.precompile"),
+    "triton_heuristics.user_autotune": ("torch._inductor.runtime.triton_heuristics", "user_autotune"),
+    "benchmarker.benchmark_gpu": ("torch._inductor.runtime.benchmarking", "benchmarker.benchmark_gpu"),
+    "rand_strided": ("torch._dynamo.testing", "rand_strided"),
 }
+
+# Where Inductor compiles a Triton kernel during codegen, outside the output module's
+# ``async_compile``: name -> (module, text its source must contain, the torch version it appeared
+# in: an older torch has no such module, and so no such site). Every one of them calls
+# ``AsyncCompile.triton`` on a stock ``AsyncCompile()`` when the pool is warm, so it reaches the
+# farm through the same seam as the output module (``AsyncCompile.process_pool`` -> Router), and the
+# output module's own call then joins the future Inductor saved (``CompiledTritonKernels``).
+# ``tests/unit/test_compat.py`` fails, naming the site, when one moves. Checked on 2.13.0 and 2.11.0.
+EAGER_COMPILE_SITES: dict[str, tuple[str, str, str]] = {
+    # every pointwise/reduction/template kernel, as soon as its source is generated
+    "TritonScheduling.define_kernel (warm pool)": (
+        "torch._inductor.codegen.triton", "async_compile.triton(subs_name", "2.11"),
+    # max-autotune: each Triton template choice, before benchmarking (non-Triton choices: threads)
+    "AlgorithmSelectorCache precompile (max-autotune)": (
+        "torch._inductor.select_algorithm", "async_compile.triton(", "2.11"),
+    # benchmark_fusion / multi-template epilogues: the fused candidate, then precompiled in-process
+    # from the Triton cache the farm's result was published to
+    "Scheduler.compile_kernel (benchmark fusion)": ("torch._inductor.scheduler", "async_compile.triton(", "2.11"),
+    # cpp_wrapper without autotune_at_compile_time: kernels compiled when the model loads
+    "triton_lazy_compile (cpp_wrapper)": ("torch._inductor.runtime.triton_lazy_compile", "AsyncCompile()", "2.13"),
+}
+# Compiles that stay in-process (not routed, by design; listed so nobody looks for them):
+# - AsyncCompile.triton's serial branch: only when use_process_pool() is False, i.e. in a daemonic
+#   multiprocessing process or with config.triton.proton_profiling (the farm keeps compile_threads >= 2);
+# - benchmark_kernel / benchmark_combo_kernel / TritonScheduling.benchmark_fused_nodes without a warm
+#   pool: PyCodeCache.load(src) and a first call, on the GPU that benchmarks it;
+# - the autotune benchmark subprocess (autotune_process.py) and CachingAutotuner.run's lazy
+#   precompile: they load binaries the farm already published to this node's Triton cache.
 
 
 class SeamMissing(RuntimeError):
@@ -76,6 +154,35 @@ def check() -> None:
             f"torch {torch.__version__} lacks Inductor internals raycompile needs: "
             + "; ".join(missing)
             + ". raycompile is checked on torch 2.11 and 2.13; pin one of those."
+        )
+
+
+def check_eager_compile_sites() -> None:
+    """Raise SeamMissing naming every EAGER_COMPILE_SITES entry whose code has moved: a compile
+    made during codegen that might no longer go through ``AsyncCompile.triton`` (and the farm)."""
+    import inspect
+
+    import torch
+
+    here = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    moved = []
+    for name, (module, needle, since) in EAGER_COMPILE_SITES.items():
+        try:
+            source = inspect.getsource(importlib.import_module(module))
+        except ModuleNotFoundError as e:
+            if here < tuple(int(p) for p in since.split(".")):
+                continue  # this torch predates the site
+            moved.append(f"{name} ({module}: {e})")
+            continue
+        except (ImportError, OSError) as e:
+            moved.append(f"{name} ({module}: {e})")
+            continue
+        if needle not in source:
+            moved.append(f"{name} ({module} no longer contains {needle!r})")
+    if moved:
+        raise SeamMissing(
+            f"torch {torch.__version__}: Inductor's codegen-time compile sites changed: " + "; ".join(moved)
+            + ". Check that each still compiles through AsyncCompile.triton, then update EAGER_COMPILE_SITES."
         )
 
 
@@ -251,3 +358,203 @@ def fresh_cache() -> contextlib.AbstractContextManager[Any]:
     from torch._inductor.utils import fresh_cache as fc
 
     return fc()
+
+
+# --- The output module (wrapper/codegen.py, wrapper/runtime.py) ------------------------------
+# Checked on 2.13.0; 2.11.0 to check on the GPU machine.
+
+_ABSENT = object()
+
+
+def wrapper_codegen_classes() -> tuple[type, type]:
+    """(PythonWrapperCodegen, SubgraphPythonWrapperCodegen): the classes the farm's codegen extends."""
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+
+    return PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+
+
+def replace_line(buffer: Any, old: str, new: str) -> None:
+    """Replace the line reading ``old`` in an Inductor ``IndentedBuffer`` (keeping its indent).
+
+    Raises SeamMissing when no line reads ``old``: the header Inductor writes has changed."""
+    lines = buffer._lines
+    for i, line in enumerate(lines):
+        if isinstance(line, str) and line.strip() == old:
+            lines[i] = line.replace(old, new)
+            return
+    raise SeamMissing(f"the output module header has no line {old!r} (PythonWrapperCodegen.write_header changed)")
+
+
+def deferred_line(render: Callable[[], str]) -> Any:
+    """A line of generated code rendered when the module's text is assembled, after every kernel
+    is defined (Inductor's ``DelayReplaceLine``)."""
+    from torch._inductor.utils import DelayReplaceLine
+
+    marker = "<raycompile-deferred>"
+    return DelayReplaceLine(marker, render, marker)
+
+
+def wrapper_codegen_for(device: str) -> Any:
+    """The wrapper codegen class Inductor uses for ``device`` now (after its lazy registration)."""
+    from torch._inductor.codegen import common
+
+    common.init_backend_registration()
+    return common.get_wrapper_codegen_for_device(device)
+
+
+@contextlib.contextmanager
+def wrapper_codegen_registered(wrapper_cls: type, devices: tuple[str, ...]) -> Iterator[list[str]]:
+    """Register ``wrapper_cls`` as the Python wrapper codegen of each device whose stock one is
+    ``PythonWrapperCodegen`` (keeping its scheduling, C++/FX wrappers, custom pass and config);
+    yield the devices replaced. On exit every table entry is restored exactly as it was.
+
+    Inductor registers its backends lazily (``init_backend_registration``, skipping devices that
+    already have one); it is called first, so ours replaces Inductor's entry instead of
+    pre-empting it and leaving nothing to restore."""
+    from torch._inductor.codegen import common
+    from torch._inductor.codegen.wrapper import PythonWrapperCodegen
+
+    common.init_backend_registration()
+    tables = (common.device_codegens, common.custom_backend_passes, common.custom_backend_codegen_configs)
+    saved = {d: [t.get(d, _ABSENT) for t in tables] for d in devices}
+    replaced = []
+    try:
+        for d in devices:
+            stock = common.device_codegens.get(d)
+            if stock is None or stock.wrapper_codegen is not PythonWrapperCodegen:
+                continue  # someone else's wrapper: leave it alone
+            common.register_backend_for_device(
+                d, stock.scheduling, wrapper_cls, stock.cpp_wrapper_codegen, stock.fx_wrapper_codegen,
+                common.custom_backend_passes.get(d), common.custom_backend_codegen_configs.get(d))
+            replaced.append(d)
+        yield replaced
+    finally:
+        for d, values in saved.items():
+            for table, value in zip(tables, values):
+                if value is _ABSENT:
+                    table.pop(d, None)
+                else:
+                    table[d] = value
+
+
+@contextlib.contextmanager
+def cache_key_tag(tag: str) -> Iterator[str]:
+    """Add ``tag`` to ``torch.compiler.config.cache_key_tag`` (which enters the FX-graph and
+    AOTAutograd keys through ``FxGraphHashDetails.cache_key_tag``, and the autotune keys), so
+    modules made by the farm's codegen and stock ones never share an entry; restored on exit."""
+    from torch.compiler import config as cconfig
+
+    saved = cconfig.cache_key_tag
+    cconfig.cache_key_tag = f"{saved}+{tag}" if saved else tag
+    try:
+        yield cconfig.cache_key_tag
+    finally:
+        cconfig.cache_key_tag = saved
+
+
+def fx_graph_key(gm: Any, example_inputs: list[Any]) -> str:
+    """Inductor's FX-graph cache key of ``gm`` (no compile kwargs): a test seam for the tag."""
+    from torch._inductor.codecache import compiled_fx_graph_hash
+
+    return compiled_fx_graph_hash(gm, example_inputs, {}, [])[0]
+
+
+def triton_extra_config(source: str) -> dict[str, Any]:
+    """The ``extra_config`` that ``AsyncCompile.triton`` sends with ``source``'s compile job, so
+    a key made at codegen equals the Router's key for the job (async_compile.py, 2.13.0)."""
+    from torch._inductor import config
+
+    extra: dict[str, Any] = {"use_static_triton_launcher": config.use_static_triton_launcher}
+    table = getattr(config, "autotune_lookup_table", None)
+    if table and "@triton.jit\n" in source:
+        from torch._inductor.async_compile import size_hints_regex
+        from torch._inductor.runtime.triton_heuristics import generate_lookup_hash_from_source_code
+
+        m = size_hints_regex.search(source)
+        fn_hash = generate_lookup_hash_from_source_code(m.group(1) if m else str(None),
+                                                        source.split("@triton.jit\n")[1])
+        if fn_hash in table:
+            extra["autotune_lookup_table"] = {fn_hash: table[fn_hash]}
+    return extra
+
+
+def cpp_compiler() -> str:
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    return get_cpp_compiler()
+
+
+def wait_timeout_s() -> float | None:
+    """Inductor's limit on one compile future (``compile_worker_wait_timeout``; 0 or absent: none)."""
+    return getattr(inductor_config(), "compile_worker_wait_timeout", 0) or None
+
+
+def is_future(obj: Any) -> bool:
+    """Whether ``obj`` is a compile in flight: a ``Future`` or one of Inductor's ``CodeCacheFuture``s."""
+    from concurrent.futures import Future
+
+    from torch._inductor.codecache import CodeCacheFuture
+
+    return isinstance(obj, (Future, CodeCacheFuture))
+
+
+def future_done(obj: Any) -> bool:
+    """Whether a compile future has its result (a ``LambdaFuture`` wraps the pool's future)."""
+    inner = getattr(obj, "future", obj)
+    done = getattr(inner, "done", None)
+    return bool(done()) if callable(done) else True
+
+
+def is_caching_autotuner(obj: Any) -> bool:
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    return isinstance(obj, CachingAutotuner)
+
+
+def _config_matches(cfg: Any, winner: Any) -> bool:
+    return (all(winner.get(k) == v for k, v in cfg.kwargs.items())
+            and winner.get("num_warps") == cfg.num_warps and winner.get("num_stages") == cfg.num_stages)
+
+
+def config_dict(cfg: Any) -> dict[str, Any]:
+    """A Triton ``Config`` as the dict Inductor's ``.best_config`` files hold (kwargs, warps, stages)."""
+    return {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+
+
+def inductor_best_config(kernel: Any) -> dict[str, Any] | None:
+    """The winner Inductor's autotune cache knows for ``kernel`` (its ``.best_config``, or the
+    remote autotune cache), read through the kernel's own ``AutotuneCache``; None if none."""
+    cache = getattr(getattr(kernel, "save_cache_hook", None), "__self__", None)
+    configs = [r.config for r in getattr(kernel, "compile_results", None) or []] or list(kernel.configs or [])
+    if cache is None or not hasattr(cache, "read_best") or not configs:
+        return None
+    best = cache.read_best(kernel.inductor_meta, configs)
+    return config_dict(best) if best is not None else None
+
+
+def restrict_autotuner(kernel: Any, winner: Any) -> bool:
+    """Leave ``kernel`` (a precompiled CachingAutotuner) with only the launcher of ``winner``, as
+    ``autotune_to_one_config`` would after benchmarking, so its first run benchmarks nothing.
+    False (and ``kernel`` untouched) when it has one launcher or none matches ``winner``."""
+    launchers = list(getattr(kernel, "launchers", None) or [])
+    match = [launcher for launcher in launchers if _config_matches(launcher.config, winner)]
+    if len(launchers) <= 1 or len(match) != 1:
+        return False
+    (best,) = match
+    release = getattr(kernel, "_release_static_launchers_except", None)
+    if release is not None:
+        release(best)
+    kernel.launchers = [best]
+    results = [r for r in kernel.compile_results if _config_matches(r.config, winner)]
+    if results:
+        kernel.compile_results = results[:1]
+    if winner.get("found_by_coordesc"):
+        best.config.found_by_coordesc = True
+    return True
+
+
+def loaded_output_modules() -> list[Any]:
+    """The output modules Inductor has loaded in this process that carry a raycompile manifest."""
+    from torch._inductor.codecache import PyCodeCache
+
+    return [m for m in list(PyCodeCache.modules) if hasattr(m, "_raycompile_manifest")]

@@ -4,10 +4,12 @@ Two seams (DESIGN.md): ``AsyncCompile.process_pool()``, where Triton compiles (a
 template precompiles) are submitted, and ``AsyncCompile.submit``, the ``submit_fn`` of every C++
 kernel build. Both are replaced by ``install`` and restored by ``uninstall``. A job the farm
 cannot take (Ray gone, fallback) goes to the stock pool it replaced, counted in ``fallbacks``.
+``install`` also registers the farm's wrapper codegen (wrapper/codegen.py: the output module).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -87,8 +89,9 @@ def _to_local_paths(files: dict[str, bytes], job: Job) -> dict[str, bytes]:
             out[os.path.join(triton_dir, name[len("triton/"):])] = data
         elif name.startswith("inductor/"):
             out[os.path.join(compat.inductor_cache_dir(), name[len("inductor/"):])] = data
-        else:
+        elif os.path.isabs(name):
             out[name] = data
+        # anything else (the pickled autotuner, "payload") is not a file to write
     return out
 
 
@@ -105,9 +108,11 @@ class Router:
     Inductor expects."""
 
     def __init__(self, farm: Any | None, stats: Any, stock_process_pool: Callable[[], Any],
-                 stock_submit: Callable[[Callable[[], Any]], Any], cache: Cache | None = None) -> None:
+                 stock_submit: Callable[[Callable[[], Any]], Any], cache: Cache | None = None,
+                 dedupe: Any | None = None) -> None:
         self.farm = farm
         self.cache = cache
+        self.dedupe = dedupe  # cluster-wide: orchestrator.coordinator.ClusterDedupe, or None
         self.stats = stats
         self.versions = Versions.here()
         self._stock_process_pool = stock_process_pool
@@ -155,8 +160,30 @@ class Router:
                     out = Future()
         if self.farm is None or not self.farm.alive:
             return self._fallback(local, "the Ray cluster is not reachable")
-        self.farm.submit(job).add_done_callback(lambda f: self._deliver(f.result(), job, out, local, key))
+
+        def compile() -> Future[Any]:  # resolves after the entry is in the cache
+            self.farm.submit(job).add_done_callback(lambda f: self._deliver(f.result(), job, out, local, key))
+            return out
+
+        if key and self.dedupe is not None:  # one driver of the cluster compiles; the others read its entry
+            self.dedupe.run(key, compile, lambda: self._reuse(key, job, out))
+        else:
+            compile()
         return out
+
+    def _reuse(self, key: str, job: Job, out: Future[Any]) -> bool:
+        """Deliver ``key`` from the cache (another driver compiled it); False if it is not there."""
+        entry = self.cache.get(key) if self.cache is not None else None
+        if entry is None:
+            return False
+        try:
+            value = self._unpack(_to_local_paths(entry.blobs, job), entry.blobs.get("payload"), job,
+                                 float(entry.meta.get("seconds", 0.0)))
+        except Exception as e:
+            log.warning("raycompile: cache entry for %s did not load (%s); compiling", job.label, e)
+            return False
+        out.set_result(value)
+        return True
 
     def _fallback(self, local: Callable[[], Any], why: str) -> Future[Any]:
         self.stats.add(fallbacks=1)
@@ -217,6 +244,7 @@ class Hooks:
         self.router = router
         self._saved: dict[str, Any] = {}
         self._module_caches: Any = None
+        self._output_module = contextlib.ExitStack()
 
     def install(self) -> None:
         compat.check()
@@ -242,8 +270,24 @@ class Hooks:
             cache = self.router.cache
             self._module_caches = compat.remote_module_caches(lambda kind: make_backend(cache, kind))
             self._module_caches.__enter__()
+        self._install_output_module()
+
+    def _install_output_module(self) -> None:
+        """The farm's wrapper codegen (wrapper/codegen.py) for cuda and cpu, and a cache-key tag so
+        its modules and stock ones never share an FX-graph entry. The two patches above stay: the
+        kernels Inductor compiles during codegen (compat.EAGER_COMPILE_SITES) use stock
+        ``AsyncCompile()`` objects, and C++ builds reach ``submit`` from Inductor's code cache;
+        the pool seam is the one path every compile takes, the output module's included."""
+        from .codegen import CACHE_KEY_TAG, DEVICES, FarmWrapperCodegen
+
+        self._output_module.enter_context(compat.cache_key_tag(CACHE_KEY_TAG))
+        replaced = self._output_module.enter_context(compat.wrapper_codegen_registered(FarmWrapperCodegen, DEVICES))
+        for device in sorted(set(DEVICES) - set(replaced)):
+            log.warning("raycompile: %s has its own wrapper codegen (%s); its output modules stay stock",
+                        device, compat.wrapper_codegen_for(device))
 
     def uninstall(self) -> None:
+        self._output_module.close()
         if not self._saved:
             return
         ac = compat.async_compile_class()

@@ -1,0 +1,166 @@
+"""What an output module made by the farm's codegen imports (wrapper/codegen.py).
+
+``FarmCompile`` is Inductor's ``AsyncCompile`` with three additions: each kernel is defined with
+its cache key; the module waits ONCE, on an explicit dict of named futures (``wait_named``, no
+scan of ``globals()``); and each Triton kernel gets the autotune winner known for it stitched in,
+so a warm module launches that config without benchmarking. Compiles go where ``AsyncCompile``
+sends them: to the farm while it is enabled (its hooks own Inductor's pools), to stock Inductor's
+pools otherwise, so a module loaded after ``raycompile.disable()`` runs as Inductor's would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from ..errors import CompileError
+from . import compat
+
+log = logging.getLogger("raycompile.runtime")
+
+MANY = 16  # show a progress bar while waiting on at least this many kernels (on a terminal)
+
+Winner = dict[str, Any]  # a Triton config: its kwargs, plus "num_warps" and "num_stages"
+
+
+class Winners:
+    """Where autotune winners come from, by kernel cache key. A store of winners (the farm's
+    autotuning) ``add``s a lookup; the first lookup that knows a key answers."""
+
+    def __init__(self) -> None:
+        self._lookups: list[Callable[[str], Winner | None]] = []
+        self._lock = threading.Lock()
+
+    def add(self, lookup: Callable[[str], Winner | None]) -> Callable[[], None]:
+        """Consult ``lookup(key)`` from now on; returns the function that removes it again."""
+        with self._lock:
+            self._lookups.append(lookup)
+
+        def remove() -> None:
+            with self._lock:
+                if lookup in self._lookups:
+                    self._lookups.remove(lookup)
+
+        return remove
+
+    def winner_for(self, key: str) -> Winner | None:
+        with self._lock:
+            lookups = list(self._lookups)
+        for lookup in lookups:
+            try:
+                winner = lookup(key)
+            except Exception as e:  # a broken store must not break loading a module
+                log.warning("raycompile: winner lookup %r failed for %s: %s", lookup, key[:12], e)
+                continue
+            if winner:
+                return dict(winner)
+        return None
+
+
+winners = Winners()
+
+
+def winner_for(key: str) -> Winner | None:
+    """The autotune winner known for the kernel with cache key ``key`` (a config dict, as in
+    Inductor's ``.best_config`` files), or None. Filled by ``winners.add``."""
+    return winners.winner_for(key)
+
+
+class FarmCompile(compat.async_compile_class()):  # type: ignore[misc]
+    """Inductor's ``AsyncCompile``, with kernels named by cache key and one explicit wait."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: dict[str, str] = {}  # kernel name -> cache key
+
+    def triton(self, kernel_name: str, source_code: str, device_str: str = "cuda", key: str | None = None) -> Any:
+        if key:
+            self.keys[kernel_name] = key
+        return super().triton(kernel_name, source_code, device_str)
+
+    def cpp_pybinding(self, argtypes: list[str], source_code: str, key: str | None = None) -> Any:
+        return super().cpp_pybinding(argtypes, source_code)
+
+    def wait_named(self, manifest: Mapping[str, Any], futures: Mapping[str, Any]) -> tuple[Any, ...]:
+        """Resolve each named kernel future, in order; return the kernels in that order.
+
+        A Triton kernel with a known autotune winner (``winner_for`` its key, else the winner the
+        manifest carries, else Inductor's ``.best_config``) is restricted to that config. Raises
+        what a kernel's compile raised (``raycompile.CompileError`` names the kernel and node)."""
+        keys = {**self.keys, **(manifest.get("kernels") or {})}
+        carried = manifest.get("winners") or {}
+        kernels = []
+        with _progress(futures) as advance:
+            for name, value in futures.items():
+                kernel = _result(name, value)
+                if compat.is_caching_autotuner(kernel):
+                    stitch(name, kernel, keys.get(name), carried.get(name))
+                kernels.append(kernel)
+                advance()
+        super().wait({})  # Inductor's bookkeeping after its wait (compile-time metrics); scans nothing
+        return tuple(kernels)
+
+
+def _result(name: str, value: Any) -> Any:
+    if not compat.is_future(value):
+        return value  # compiled synchronously (one compile thread), or not a compile at all
+    timeout = compat.wait_timeout_s()
+    try:
+        # torch 2.11's LambdaFuture.result takes no timeout (nor has Inductor a wait timeout there)
+        return value.result() if timeout is None else value.result(timeout=timeout)
+    except FutureTimeout:
+        raise CompileError(name, "", f"no result within {timeout:.0f} s (TORCHINDUCTOR_COMPILE_WORKER_WAIT_TIMEOUT; "
+                                     "raise it, or RAYCOMPILE_JOB_TIMEOUT_S, for kernels this large)") from None
+
+
+def stitch(name: str, kernel: Any, key: str | None, carried: Winner | None) -> Winner | None:
+    """Restrict ``kernel`` to its known autotune winner; return the winner used (None: none known,
+    or it matches none of the kernel's compiled configs, and the kernel autotunes as usual)."""
+    winner = (winner_for(key) if key else None) or carried or compat.inductor_best_config(kernel)
+    if winner and compat.restrict_autotuner(kernel, winner):
+        log.debug("raycompile: %s launches its known winner %s", name, winner)
+        return winner
+    return None
+
+
+def _progress_setting() -> bool | None:
+    """The ``progress`` setting of the enabled farm, else of RAYCOMPILE_PROGRESS (None: auto)."""
+    import raycompile
+
+    session = getattr(raycompile, "_session", None)
+    if session is not None:
+        return session.settings.progress
+    try:
+        return raycompile.Settings.resolve().progress
+    except raycompile.SettingsError:
+        return None
+
+
+@contextlib.contextmanager
+def _progress(futures: Mapping[str, Any]) -> Iterator[Callable[[], None]]:
+    """A bar while the module waits on many unfinished kernels, only where progress is wanted
+    (a terminal outside Ray jobs, or RAYCOMPILE_PROGRESS=1); otherwise nothing."""
+    pending = [v for v in futures.values() if compat.is_future(v) and not compat.future_done(v)]
+    show = force = False
+    if len(futures) >= MANY and pending:
+        from ..orchestrator.progress import wanted
+
+        setting = _progress_setting()
+        show, force = wanted(setting), setting is True
+    if not show:
+        yield lambda: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(file=sys.stdout, force_terminal=force or None)
+    bar = Progress(TextColumn("raycompile: waiting for kernels"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=console, transient=True)
+    task = bar.add_task("wait", total=len(futures))
+    with bar:
+        yield lambda: bar.advance(task)
