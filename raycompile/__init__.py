@@ -16,10 +16,13 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from .autotune import AutotuneResult, autotune
 from .errors import (
+    AutotuneError,
     CompileError,
     FarmUnavailableError,
     KernelSourceError,
+    NoGPUError,
     RaycompileError,
     SettingsError,
     UnknownArchError,
@@ -46,6 +49,10 @@ class _Session:
 
         check_shared_url(settings.shared_cache)  # a bad setting fails here, with nothing started
         progress = Progress(force_terminal=settings.progress is True) if progress_wanted(settings.progress) else None
+        import ray
+
+        # an embedded Ray (no address, none running) has no other drivers to share compiles with
+        joins_cluster = settings.address is not None or ray.is_initialized()
         try:
             self.farm = Farm(settings, self.stats, progress)
         except FarmUnavailableError as e:
@@ -65,12 +72,22 @@ class _Session:
             return RayHeadTier(secret, root=settings.head_cache_dir, namespace=settings.namespace,
                                timeout_s=settings.connect_timeout_s)
 
+        self.dedupe: Any = None  # orchestrator.coordinator.ClusterDedupe
         try:
             cache = Cache.from_settings(settings.cache_dir, shared, settings.cache_max_bytes, self.stats,
                                         ray_tier if farm is not None and farm.alive else None)
+            if (settings.cluster_dedupe and joins_cluster and shared not in ("", "none")
+                    and farm is not None and farm.alive):
+                # with a shared tier, drivers that miss on the same key wait for one compile
+                from .orchestrator.coordinator import ClusterDedupe
+
+                self.dedupe = ClusterDedupe.start(settings, self.stats, scope=shared)
             process_pool, submit = stock_pools()
-            self.hooks = Hooks(Router(self.farm, self.stats, process_pool, submit, cache))
+            self.hooks = Hooks(Router(self.farm, self.stats, process_pool, submit, cache, self.dedupe))
             self.hooks.install()
+            from .autotune import AutotuneSession  # benchmarks on the cluster's GPU actors, if it has GPUs
+
+            self.autotune = AutotuneSession.start(self.stats, cache, settings, farm)
         except BaseException:
             self.close()
             raise
@@ -80,6 +97,10 @@ class _Session:
 
     def close(self) -> None:
         self.hooks_uninstall()
+        if getattr(self, "autotune", None) is not None:
+            self.autotune.close()
+        if self.dedupe is not None:
+            self.dedupe.close()
         if self.farm is not None:
             self.farm.close()
         if self.settings.trace:
@@ -152,8 +173,10 @@ def enabled(address: str | None = None, **settings: Any) -> Iterator[None]:
 
 
 def stats() -> dict[str, Any]:
-    """Counters of the current session (or of the last one, after ``disable``):
-    jobs, deduped, fallbacks, failures, compile_seconds, nodes (node id -> jobs), workers."""
+    """Counters of the current session (or of the last one, after ``disable``): jobs, deduped,
+    dedupe_cluster (answered by another driver's compile), fallbacks, failures, compile_seconds,
+    nodes (node id -> jobs), workers, the cache counters, and autotuning on GPU actors: benchmarks,
+    benchmark_seconds, gpus (GPU id -> benchmarks), benchmark_failures, benchmarks_local."""
     session = _session
     if session is not None:
         return session.stats.snapshot()
@@ -185,7 +208,7 @@ def report() -> str:
 
 
 __all__ = [
-    "CompileError", "FarmUnavailableError", "KernelSourceError", "RaycompileError", "Settings",
-    "SettingsError", "UnknownArchError", "VersionMismatchError", "disable", "enable", "enabled",
-    "is_enabled", "report", "stats",
+    "AutotuneError", "AutotuneResult", "CompileError", "FarmUnavailableError", "KernelSourceError", "NoGPUError",
+    "RaycompileError", "Settings", "SettingsError", "UnknownArchError", "VersionMismatchError", "autotune", "disable",
+    "enable", "enabled", "is_enabled", "report", "stats",
 ]

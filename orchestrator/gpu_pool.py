@@ -1,0 +1,304 @@
+"""GPU actors for benchmarks: one per GPU on every GPU node, grouped by GPU model and arch.
+
+A benchmark is valid only on the GPU model its kernel targets, so jobs go to the actors of one
+group (``GPUPool.run(work, group)``), each actor timing one candidate at a time (two at once on one
+GPU would disturb each other), the next candidate going to whichever actor is free. Actors start
+at the first benchmark (``GPUPool.start``), not at ``enable()``, and are reused for the session.
+
+Faults: a candidate that crashes its GPU (an illegal address leaves the CUDA context unusable)
+makes its actor process exit (``GPUWorker``); Ray restarts the actor (``max_restarts``), the
+candidate is marked failed (``inf``) and the other candidates go on. An actor that dies twice in a
+row (its node is gone) is dropped from its group.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import NoGPUError
+from ..kernels import Versions
+from ..kernels.benchmark import INF, BenchJob, GPUDescription, GPUTiming, Payload, Timing, is_sticky
+from .stats import Stats
+
+log = logging.getLogger("raycompile.gpu_pool")
+
+# What times a candidate on an actor: ``describe()`` names the GPU, ``__call__(job, payload)``
+# returns milliseconds. ``GPUTiming`` (kernels/benchmark.py) in production; tests pass a test double
+# that stands in for the GPU timing only.
+Measure = Any
+
+
+class GPUWorker:
+    """Times candidates on the one GPU Ray gave this process. A plain class; ``GPUPool`` makes it
+    an actor with ``num_gpus=1``."""
+
+    def __init__(self, measure: Measure | None = None) -> None:
+        self.measure = measure if measure is not None else GPUTiming()
+        self.versions = Versions.here()
+
+    def info(self) -> dict[str, Any]:
+        import ray
+
+        gpu: GPUDescription = self.measure.describe()
+        node_id = ray.get_runtime_context().get_node_id()
+        ids = ray.get_gpu_ids()
+        index = str(ids[0]) if ids else gpu.index
+        return {"gpu": f"{node_id[:12]}/{index}", "node_id": node_id, "group": gpu.group, "model": gpu.model,
+                "arch": gpu.arch, "pid": os.getpid()}
+
+    def bench(self, job: BenchJob, payload: Payload, gpu: str, node_id: str) -> Timing:
+        start = time.perf_counter()
+
+        def done(ms: float, error: str = "") -> Timing:
+            return Timing(job.index, ms, error, time.perf_counter() - start, gpu, node_id, os.getpid())
+
+        if job.versions != self.versions:
+            v = self.versions
+            return done(INF, f"this GPU worker runs torch {v.torch} / triton {v.triton}, the driver runs "
+                             f"torch {job.versions.torch} / triton {job.versions.triton}")
+        try:
+            return done(float(self.measure(job, payload)))
+        except Exception as e:
+            if is_sticky(e):  # the CUDA context is gone for good: exit; Ray starts a fresh process
+                log.error("raycompile: %s crashed GPU %s (%s); restarting this GPU worker", job.name, gpu, e)
+                os._exit(1)
+            return done(INF, f"{type(e).__name__}: {e}")
+
+
+@dataclass
+class _Actor:
+    handle: Any
+    gpu: str
+    node_id: str
+    group: str
+    ping: Any = None  # after a death: an ``info`` call that answers once Ray has restarted the actor
+    died_at: float = 0.0
+
+
+class GPUPool:
+    """The cluster's GPU actors. Create with the session's stats; ``close()`` ends the actors."""
+
+    def __init__(self, stats: Stats | None = None, measure: Measure | None = None, job_timeout_s: float = 600.0,
+                 start_timeout_s: float = 120.0) -> None:
+        import ray
+
+        self._ray = ray
+        self.stats = stats or Stats()
+        self._measure = measure
+        self.job_timeout_s = job_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self._actors: list[_Actor] | None = None
+        self._lock = threading.Lock()  # one start; actors are handed out under it
+        self._busy: set[int] = set()  # ids of actors timing a job (runs may overlap: threads)
+        self._free = threading.Condition(self._lock)
+
+    @staticmethod
+    def cluster_gpus() -> dict[str, int]:
+        """node id -> GPUs Ray offers there (alive nodes only)."""
+        import ray
+
+        return {n["NodeID"]: int(n.get("Resources", {}).get("GPU", 0)) for n in ray.nodes()
+                if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) >= 1}
+
+    def start(self) -> dict[str, list[str]]:
+        """Start one actor per GPU on every GPU node (once); return group -> GPU ids. An actor that
+        does not come up within ``start_timeout_s`` (its GPU is held by someone else) is left out."""
+        with self._lock:
+            if self._actors is not None:
+                return self._groups()
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            remote = self._ray.remote(GPUWorker)
+            handles = []
+            for node, count in sorted(self.cluster_gpus().items()):
+                for _ in range(count):
+                    handles.append(remote.options(
+                        num_gpus=1, num_cpus=0, max_restarts=-1, max_task_retries=0,
+                        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                    ).remote(self._measure))
+            refs = [h.info.remote() for h in handles]
+            ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.start_timeout_s)
+            actors = []
+            for handle, ref in zip(handles, refs):
+                if ref not in ready:
+                    log.warning("raycompile: a GPU worker did not start within %.0f s; leaving it out",
+                                self.start_timeout_s)
+                    self._ray.kill(handle)
+                    continue
+                try:
+                    info = self._ray.get(ref)
+                except Exception as e:
+                    log.warning("raycompile: a GPU worker failed to start (%s); leaving it out", e)
+                    continue
+                actors.append(_Actor(handle, info["gpu"], info["node_id"], info["group"]))
+            self._actors = actors
+            return self._groups()
+
+    def _groups(self) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for a in self._actors or []:
+            groups.setdefault(a.group, []).append(a.gpu)
+        return groups
+
+    def groups(self) -> dict[str, list[str]]:
+        """GPU group ("NVIDIA H200 (sm_90)") -> the GPU ids of its actors (starts them)."""
+        return self.start()
+
+    def run(self, work: Sequence[tuple[BenchJob, Payload]], group: str) -> list[Timing]:
+        """Time every (job, payload) on the actors of ``group``; return one Timing per job, in
+        order (``inf`` for a candidate that failed, crashed its GPU or timed out).
+
+        Raises NoGPUError when the cluster has no GPU of ``group``."""
+        self.start()
+        with self._lock:
+            members = [a for a in self._actors or [] if a.group == group]
+        if not members:
+            raise NoGPUError(group, sorted(self._groups()))
+        if not work:
+            return []
+        ray = self._ray
+        payload_refs: dict[str, Any] = {}
+        for _, payload in work:  # each kernel travels once (Ray keeps it in each node's object store)
+            if payload.kernel_id not in payload_refs:
+                payload_refs[payload.kernel_id] = ray.put(payload)
+        results: list[Timing | None] = [None] * len(work)
+        queue = list(range(len(work)))
+        inflight: dict[Any, tuple[int, _Actor, float]] = {}
+        while queue or inflight:
+            while queue:
+                actor = self._take(members, block=not inflight)
+                if actor is None:
+                    break
+                i = queue.pop(0)
+                job, payload = work[i]
+                ref = actor.handle.bench.remote(job, payload_refs[payload.kernel_id], actor.gpu, actor.node_id)
+                inflight[ref] = (i, actor, time.monotonic() + self.job_timeout_s)
+            if not inflight:
+                if queue and not self._alive(members):
+                    for i in queue:  # every actor of the group is gone
+                        results[i] = Timing(work[i][0].index, INF, f"no GPU worker of {group} is left")
+                    queue = []
+                continue
+            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+            for ref in ready:
+                i, actor, _ = inflight.pop(ref)
+                results[i] = self._collect(ref, work[i][0], actor)
+                self._give(actor)
+            now = time.monotonic()
+            for ref, (i, actor, deadline) in list(inflight.items()):
+                if deadline < now:  # a hung candidate: restart its actor, mark it failed
+                    del inflight[ref]
+                    ray.kill(actor.handle, no_restart=False)
+                    self._restarting(actor)
+                    results[i] = Timing(work[i][0].index, INF, f"no result within {self.job_timeout_s:.0f} s",
+                                        seconds=self.job_timeout_s, gpu=actor.gpu, node_id=actor.node_id)
+                    self._give(actor)
+        out = [t if t is not None else Timing(work[i][0].index, INF, "not run") for i, t in enumerate(results)]
+        self._count(out)
+        return out
+
+    def runner(self, group: str) -> Callable[[Sequence[tuple[BenchJob, Payload]]], list[Timing]]:
+        """``run`` bound to ``group``: what the Inductor hooks call."""
+        return lambda work: self.run(work, group)
+
+    # -- actors ------------------------------------------------------------------------------
+
+    def _alive(self, members: list[_Actor]) -> list[_Actor]:
+        with self._lock:
+            return [a for a in members if a in (self._actors or [])]
+
+    def _take(self, members: list[_Actor], block: bool) -> _Actor | None:
+        while True:
+            with self._lock:
+                alive = [a for a in members if a in (self._actors or [])]
+                idle = [a for a in alive if id(a) not in self._busy]
+            for a in idle:
+                if self._healthy(a):
+                    with self._lock:
+                        if id(a) not in self._busy:
+                            self._busy.add(id(a))
+                            return a
+            if not block or not alive:
+                return None
+            with self._lock:
+                self._free.wait(timeout=0.2)
+
+    def _give(self, actor: _Actor) -> None:
+        with self._lock:
+            self._busy.discard(id(actor))
+            self._free.notify_all()
+
+    def _restarting(self, actor: _Actor) -> None:
+        actor.ping, actor.died_at = actor.handle.info.remote(), time.monotonic()
+
+    def _healthy(self, actor: _Actor) -> bool:
+        """Whether ``actor`` can take a job: True unless it died and Ray has not restarted it yet.
+        One that stays down for ``start_timeout_s`` (its node is gone) is left out."""
+        if actor.ping is None:
+            return True
+        ray = self._ray
+        ready, _ = ray.wait([actor.ping], timeout=0)
+        if ready:
+            try:
+                ray.get(actor.ping)
+                actor.ping = None
+                return True
+            except ray.exceptions.ActorUnavailableError:  # still restarting
+                actor.ping = actor.handle.info.remote()
+                return False
+            except Exception as e:
+                log.warning("raycompile: GPU worker %s is gone (%s); leaving it out", actor.gpu, type(e).__name__)
+                self._drop(actor)
+                return False
+        if time.monotonic() - actor.died_at > self.start_timeout_s:
+            log.warning("raycompile: GPU worker %s did not come back within %.0f s; leaving it out", actor.gpu,
+                        self.start_timeout_s)
+            self._drop(actor)
+        return False
+
+    def _drop(self, actor: _Actor) -> None:
+        with self._lock:
+            if self._actors is not None and actor in self._actors:
+                self._actors.remove(actor)
+            self._free.notify_all()
+
+    def _collect(self, ref: Any, job: BenchJob, actor: _Actor) -> Timing:
+        ray = self._ray
+        try:
+            timing: Timing = ray.get(ref)
+            return timing
+        except ray.exceptions.RayTaskError as e:
+            return Timing(job.index, INF, str(e), gpu=actor.gpu, node_id=actor.node_id)
+        except ray.exceptions.RayError as e:  # the actor process died under this candidate
+            self.stats.add(gpu_restarts=1)
+            self._restarting(actor)
+            log.warning("raycompile: %s took down GPU worker %s; marked failed, the worker restarts (%s)",
+                        job.name, actor.gpu, type(e).__name__)
+            return Timing(job.index, INF, f"the GPU worker died ({type(e).__name__}): the candidate crashed its GPU",
+                          gpu=actor.gpu, node_id=actor.node_id)
+
+    def _count(self, timings: list[Timing]) -> None:
+        for t in timings:
+            if t.gpu:  # it reached a GPU worker
+                self.stats.benchmarked(t.gpu, t.seconds, failed=t.ms == INF)
+
+    def close(self) -> None:
+        with self._lock:
+            actors, self._actors = self._actors or [], []
+        for a in actors:
+            try:
+                self._ray.kill(a.handle)
+            except Exception:  # Ray already gone
+                pass
+
+    def __enter__(self) -> GPUPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,180 @@
+"""Autotuning on the cluster's GPUs: the session's part, and ``raycompile.autotune`` for a user's
+own Triton kernel.
+
+While the farm is enabled and the cluster has GPUs of the driver's model, Inductor's autotune
+benchmarks (max-autotune choices, and the configs of every Triton kernel with several) run on GPU
+actors, one per GPU of every GPU node, in parallel (``wrapper/autotune.py``,
+``orchestrator/gpu_pool.py``); winners are cached, so a later process benchmarks nothing.
+``stats()`` counts ``benchmarks``, ``benchmark_seconds`` and ``gpus`` (GPU id -> benchmarks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import AutotuneError, FarmUnavailableError, NoGPUError
+from .settings import Settings
+
+log = logging.getLogger("raycompile.autotune")
+
+
+class AutotuneSession:
+    """The GPU actors of a raycompile session and, when this process has a GPU (or ``group`` is
+    given), the Inductor hooks that send its autotune benchmarks to the actors of its GPU model.
+    ``measure`` replaces the GPU timing on the actors (tests pass a test double)."""
+
+    def __init__(self, stats: Any, cache: Any, settings: Settings, group: str | None = None,
+                 measure: Any = None) -> None:
+        from .cache.winners import WinnerStore
+        from .kernels.benchmark import local_gpu
+        from .orchestrator.gpu_pool import GPUPool
+        from .wrapper.autotune import AutotuneHooks
+
+        self.stats = stats
+        self.pool = GPUPool(stats, measure=measure, job_timeout_s=settings.job_timeout_s)
+        self.winners = WinnerStore(cache)
+        here = local_gpu()
+        self.group = group or (here.group if here is not None else None)
+        self.hooks: AutotuneHooks | None = None
+        if self.group is not None:
+            self.hooks = AutotuneHooks(self.pool.runner(self.group), cache, self.winners, stats)
+            self.hooks.install()
+
+    @classmethod
+    def start(cls, stats: Any, cache: Any, settings: Settings, farm: Any) -> AutotuneSession | None:
+        """A session's autotuning, or None: turned off (``autotune=False``), no Ray, or no GPU in
+        the cluster (then Inductor benchmarks as it always does)."""
+        if not settings.autotune or farm is None or not farm.alive:
+            return None
+        from .orchestrator.gpu_pool import GPUPool
+
+        try:
+            if not GPUPool.cluster_gpus():
+                return None
+        except Exception as e:  # Ray answered the farm but not this: benchmark locally
+            log.warning("raycompile: could not list the cluster's GPUs (%s); autotuning locally", e)
+            return None
+        return cls(stats, cache, settings)
+
+    def close(self) -> None:
+        if self.hooks is not None:
+            self.hooks.uninstall()
+        self.pool.close()
+
+
+@dataclass(frozen=True)
+class AutotuneResult:
+    """What ``raycompile.autotune`` found: the fastest config, and every config's time."""
+
+    best: Any  # the fastest triton.Config (one of those passed in)
+    ms: float  # its time in milliseconds
+    timings: list[tuple[Any, float]]  # (config, milliseconds; inf: failed), in the order given
+    errors: dict[int, str]  # config position -> why it failed
+    gpus: list[str]  # the GPU ids that timed them
+
+
+def autotune(kernel: Any, configs: Sequence[Any], args: Sequence[Any], grid: Any, *,
+             kwargs: dict[str, Any] | None = None, gpu: str | None = None) -> AutotuneResult:
+    """Benchmark a ``@triton.jit`` kernel over ``configs`` on the cluster's GPU actors, in parallel,
+    and return the fastest (``AutotuneResult.best``) with every config's time.
+
+    ``configs``: ``triton.Config`` objects (their kwargs are the kernel's constexpr meta-parameters,
+    plus num_warps/num_stages). ``args``: the kernel's positional arguments; tensors are shipped by
+    value (so index tensors stay valid). ``grid``: a tuple, or a callable of the config's
+    meta-parameters (it must pickle with cloudpickle). ``kwargs``: other keyword arguments of the
+    launch. ``gpu``: the GPU group to time on ("NVIDIA H200 (sm_90)"); default: the model of this
+    process's GPU, else the cluster's only GPU group. Times are Inductor's benchmarker's (warm-up,
+    L2 flush, the median of repeats). Uses the session of ``raycompile.enable()``.
+
+    Raises FarmUnavailableError without an enabled session on Ray, NoGPUError when the cluster has
+    no GPU of that group (or several groups and none chosen), AutotuneError when the kernel cannot
+    be sent (a global that does not pickle) or every config failed, and TypeError when ``kernel``
+    is not a ``@triton.jit`` function.
+    """
+    import cloudpickle
+
+    from . import _session
+    from .kernels import Versions
+    from .kernels.benchmark import INF, BenchJob, Payload, bundle_user_kernel, describe_args, local_gpu
+    from .wrapper import compat
+
+    session = _session
+    tuning: AutotuneSession | None = getattr(session, "autotune", None) if session is not None else None
+    if session is None or session.farm is None or not session.farm.alive:
+        raise FarmUnavailableError("(no session)", "raycompile.autotune needs raycompile.enable() on a Ray cluster")
+    if tuning is None:
+        raise NoGPUError(gpu or "any GPU", [])
+    source, values = bundle_user_kernel(kernel)
+    name = kernel.__name__
+    try:
+        with _by_value(kernel, grid):
+            grid_blob, globals_blob = cloudpickle.dumps(grid), cloudpickle.dumps(values)
+        payload = Payload.make("user", name, source, args=describe_args(args, by_value=True),
+                               kwargs=dict(kwargs or {}), grid=grid_blob, globals=globals_blob)
+    except Exception as e:  # a global or the grid that cloudpickle cannot take
+        raise AutotuneError(name, f"it cannot be sent to the GPU workers: {type(e).__name__}: {e}") from e
+    group = gpu or tuning.group or _default_group(tuning, local_gpu)
+    versions = Versions.here()
+    work = [(BenchJob(payload.kernel_id, name, i, _config_dict(compat, c), versions), payload)
+            for i, c in enumerate(configs)]
+    timings = tuning.pool.run(work, group)
+    ok = [t for t in timings if math.isfinite(t.ms)]
+    errors = {t.index: t.error for t in timings if t.ms == INF}
+    if not ok:
+        detail = "; ".join(f"config {i}: {e.splitlines()[0] if e else 'failed'}" for i, e in sorted(errors.items()))
+        raise AutotuneError(name, f"every config failed on {group}: {detail}")
+    best = min(ok, key=lambda t: t.ms)
+    return AutotuneResult(configs[best.index], best.ms, [(configs[t.index], t.ms) for t in timings], errors,
+                          sorted({t.gpu for t in timings if t.gpu}))
+
+
+@contextlib.contextmanager
+def _by_value(kernel: Any, grid: Any) -> Iterator[None]:
+    """Pickle the user's own functions (the grid lambda, helpers) by value: the module that defines
+    them is not importable on the GPU nodes (cloudpickle would send a reference to it)."""
+    import cloudpickle
+
+    names = {getattr(getattr(kernel, "fn", None), "__module__", None)}
+    if isinstance(grid, types.FunctionType):
+        names.add(grid.__module__)
+    registered = []
+    for name in names - {None, "__main__"}:
+        module = sys.modules.get(str(name))
+        if module is None or str(name).split(".")[0] in ("triton", "torch"):
+            continue
+        try:
+            cloudpickle.register_pickle_by_value(module)
+            registered.append(module)
+        except ValueError:  # already registered
+            pass
+    try:
+        yield
+    finally:
+        for module in registered:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _config_dict(compat: Any, config: Any) -> dict[str, Any]:
+    out = compat.config_dict(config)
+    for extra in ("num_ctas", "maxnreg"):
+        value = getattr(config, extra, None)
+        if value is not None and not (extra == "num_ctas" and value == 1):
+            out[extra] = value
+    return out
+
+
+def _default_group(tuning: AutotuneSession, local_gpu: Callable[[], Any]) -> str:
+    here = local_gpu()
+    if here is not None:
+        return str(here.group)
+    groups = sorted(tuning.pool.groups())
+    if len(groups) == 1:
+        return groups[0]
+    raise NoGPUError("(not chosen: this process has no GPU)", groups)

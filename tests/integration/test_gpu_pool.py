@@ -1,0 +1,260 @@
+"""Autotuning on GPU actors, on a real multi-node Ray cluster (``cluster_utils``) with fake GPUs:
+two nodes with a GPU of model A, one with a GPU of model B, a head with none. Only the GPU timing
+is a test double (``gpu_double.FakeGPUTiming``); grouping, fan-out, actor crashes and restarts,
+what travels to the actors, the Inductor seams and the cache of winners are real."""
+
+from __future__ import annotations
+
+import pathlib
+import pickle
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import gpu_double
+import pytest
+import torch
+import triton
+import triton.language as tl
+from gpu_double import FakeGPUTiming, fake_ms, template_ms
+
+import raycompile
+from raycompile.cache import Cache, Entry
+from raycompile.kernels import Versions
+from raycompile.kernels.benchmark import INF, BenchJob, Payload
+from raycompile.orchestrator import Stats
+from raycompile.orchestrator.gpu_pool import GPUPool
+from raycompile.settings import Settings
+
+A, B = "Fake A (sm_90)", "Fake B (sm_80)"
+CORPUS = pathlib.Path(__file__).parents[1] / "fixtures" / "corpus_torch211" / "kernels"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    for model in ("A", "A", "B"):
+        c.add_node(num_cpus=1, num_gpus=1, resources={f"{gpu_double.PREFIX}{model}": 1})
+    ray.init(address=c.address, log_to_driver=False, namespace="raycompile")
+    c.wait_for_nodes()
+    gpu_double.register()
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.fixture(scope="class")
+def pool(cluster: Any) -> Iterator[GPUPool]:
+    """One actor per fake GPU, for the tests of one class (actors hold their GPU until closed)."""
+    with GPUPool(Stats(), measure=FakeGPUTiming(busy_s=0.2), start_timeout_s=300) as p:
+        yield p
+
+
+def jobs(configs: list[dict[str, Any]], name: str = "triton_red_fused_0") -> list[tuple[BenchJob, Payload]]:
+    payload = Payload.make("inductor", name, f"def {name}(): pass\n")
+    return [(BenchJob(payload.kernel_id, name, i, cfg, Versions.here()), payload) for i, cfg in enumerate(configs)]
+
+
+CONFIGS = [{"XBLOCK": x, "num_warps": w, "num_stages": 1} for x in (16, 32, 64, 128) for w in (2, 4, 8)]
+
+
+class TestPool:
+    """The GPU pool itself: grouping, fan-out, crash isolation."""
+
+    def test_actors_are_grouped_by_gpu_model(self, pool: GPUPool) -> None:
+        groups = pool.groups()
+        assert sorted(groups) == [A, B]
+        assert len(groups[A]) == 2 and len(groups[B]) == 1
+        assert len({g.split("/")[0] for g in groups[A]}) == 2  # on two nodes
+
+
+    def test_configs_fan_out_over_the_gpus_of_their_model(self, pool: GPUPool) -> None:
+        before = dict(pool.stats.gpus)
+        t0 = time.perf_counter()
+        timings = pool.run(jobs(CONFIGS), A)
+        wall = time.perf_counter() - t0
+        assert [t.ms for t in timings] == [fake_ms(c) for c in CONFIGS]
+        ran = {g: n - before.get(g, 0) for g, n in pool.stats.gpus.items() if n != before.get(g, 0)}
+        assert sorted(ran) == sorted(pool.groups()[A])  # both GPUs of model A, none of model B
+        assert sum(ran.values()) == len(CONFIGS) and min(ran.values()) >= 3
+        print(f"\n{len(CONFIGS)} configs x 0.2 s on 2 fake GPUs: {wall:.2f} s (serial {0.2 * len(CONFIGS):.1f} s), "
+              f"per GPU {ran}")
+
+
+    def test_a_config_that_crashes_its_gpu_takes_down_only_its_actor(self, pool: GPUPool) -> None:
+        configs = [*CONFIGS[:4], {"XBLOCK": 64, "num_warps": 4, "num_stages": 1, "POISON": 1}, *CONFIGS[4:8]]
+        restarts = pool.stats.gpu_restarts
+        timings = pool.run(jobs(configs, "triton_poi_poison_0"), A)
+        assert timings[4].ms == INF and "died" in timings[4].error
+        assert all(t.ms == fake_ms(c) for i, (t, c) in enumerate(zip(timings, configs)) if i != 4)
+        assert pool.stats.gpu_restarts == restarts + 1
+        # the crashed actor was restarted: both GPUs of model A time the next kernel
+        before = dict(pool.stats.gpus)
+        again = pool.run(jobs(CONFIGS, "triton_poi_after_0"), A)
+        assert all(t.ms < INF for t in again)
+        assert all(pool.stats.gpus[g] > before.get(g, 0) for g in pool.groups()[A])
+
+
+    def test_a_gpu_model_the_cluster_lacks_is_an_error(self, pool: GPUPool) -> None:
+        with pytest.raises(raycompile.NoGPUError, match="Fake C"):
+            pool.run(jobs(CONFIGS[:1]), "Fake C (sm_100)")
+
+
+class Choice:  # what select_algorithm hands the tuning pool: an object with a ``bmreq``
+    def __init__(self, bmreq: Any) -> None:
+        self.bmreq = bmreq
+
+
+def template_choices(tmp_path: pathlib.Path) -> list[Choice]:
+    from torch._inductor.autotune_process import TensorMeta, TritonGPUBenchmarkRequest
+
+    source = next(p for p in sorted(CORPUS.glob("*.py")) if "def triton_mm(" in p.read_text()).read_text()
+    path = tmp_path / "triton_mm.py"
+    path.write_text(source)
+    meta = TensorMeta(device=torch.device("cuda", 0), dtype=torch.float16, sizes=(256, 256), strides=(256, 1),
+                      offset=0, name="buf0")
+    return [Choice(TritonGPUBenchmarkRequest("triton_mm", [meta, meta], meta, [], str(path), "key", num_stages=s,
+                                             num_warps=w)) for s, w in ((4, 4), (2, 8), (2, 4), (3, 4))]
+
+
+def test_max_autotune_choices_go_to_the_gpu_actors(cluster: Any, tmp_path: pathlib.Path) -> None:
+    """Inductor's ``benchmark_in_sub_process`` (what select_algorithm calls for Triton template
+    choices) reaches the GPU actors while the hooks are installed; stock is restored after."""
+    from torch._inductor import autotune_process, config
+
+    from raycompile.autotune import AutotuneSession
+    from raycompile.wrapper.autotune import template_payload, triton_source_key
+
+    stock_pool, stock_subproc = autotune_process.get_tuning_process_pool, config.autotune_in_subproc
+    stats = Stats()
+    cache = Cache.from_settings(str(tmp_path / "cache"), "none", 2**30, stats)
+    session = AutotuneSession(stats, cache, Settings.resolve(), group=A, measure=FakeGPUTiming())
+    try:
+        assert config.autotune_in_subproc is True
+        choices = template_choices(tmp_path)
+        timings = autotune_process.benchmark_in_sub_process(choices)
+        assert [timings[c] for c in choices] == [template_ms(c.bmreq.num_stages, c.bmreq.num_warps) for c in choices]
+        assert stats.benchmarks == len(choices) and set(stats.gpus) <= set(session.pool.groups()[A])
+        # the kernel's Triton cache group (compiled by the farm, in the cache) travels with it
+        source = pathlib.Path(choices[0].bmreq.module_path).read_text()
+        cache.put(Entry(triton_source_key("triton_mm", source), {"triton/GRP/triton_mm.cubin": b"cubin"}))
+        payload, _ = template_payload(choices[0], cache)
+        assert payload.files == {"triton/GRP/triton_mm.cubin": b"cubin"} and payload.source == source
+        assert pickle.loads(payload.bmreq).num_stages == 4
+    finally:
+        session.close()
+    assert autotune_process.get_tuning_process_pool is stock_pool and config.autotune_in_subproc == stock_subproc
+
+
+def load_kernel(name_part: str) -> tuple[Any, str]:
+    """A real Inductor kernel from the corpus, loaded as Inductor loads it (not compiled: no GPU)."""
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+
+    from raycompile.kernels.triton_compile import compile_only_driver
+
+    path = next(p for p in sorted(CORPUS.glob("*.py")) if name_part in p.read_text())
+    source = path.read_text()
+    name = next(line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def "))
+    with compile_only_driver("cuda", 90, 32):
+        return _load_triton_kernel_from_source(name, source), name
+
+
+class Launcher:  # stands in for a launcher: loading a cubin needs a GPU this machine lacks
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+
+def test_config_winner_is_cached_and_stitched(cluster: Any, tmp_path: pathlib.Path) -> None:
+    """A kernel's configs are timed on the GPU actors of its model (first run); the winner is
+    filed in the cache, handed to the output module's runtime, and a second run benchmarks nothing."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    from raycompile.autotune import AutotuneSession
+    from raycompile.cache.winners import WinnerStore
+    from raycompile.wrapper import compat, runtime
+    from raycompile.wrapper.autotune import triton_source_key
+
+    kernel, name = load_kernel("def triton_poi_fused__to_copy__unsafe_view_add_bmm_cat_cos_mul")  # 6 configs
+    kernel.launchers = [Launcher(c) for c in kernel.configs]
+    configs = [compat.config_dict(c) for c in kernel.configs]
+    assert len(configs) >= 2
+    key = triton_source_key(name, pathlib.Path(kernel.filename).read_text())
+    args = [torch.randn(64, 512), torch.randn(64, 512), torch.empty(64), 64, 512]
+    stats = Stats()
+    cache = Cache.from_settings(str(tmp_path / "cache"), "none", 2**30, stats)
+    session = AutotuneSession(stats, cache, Settings.resolve(), group=A, measure=FakeGPUTiming())
+    try:
+        timings = CachingAutotuner.benchmark_all_configs(kernel, *args)
+        assert [timings[launcher] for launcher in kernel.launchers] == [fake_ms(c) for c in configs]
+        best = configs[min(range(len(configs)), key=lambda i: fake_ms(configs[i]))]
+        assert stats.benchmarks == len(configs) and len(stats.gpus) == 2
+        assert runtime.winner_for(key) == best  # what the output module stitches in
+        again = CachingAutotuner.benchmark_all_configs(kernel, *args)  # a later run: nothing benchmarked
+        assert stats.benchmarks == len(configs) and stats.autotune_cached == 1
+        assert min(again, key=again.get).config is kernel.configs[configs.index(best)]
+    finally:
+        session.close()
+    assert runtime.winner_for(key) is None  # the store is unregistered with the session
+    # another process reads it from the cache tiers
+    assert WinnerStore(Cache.from_settings(str(tmp_path / "cache"), "none", 2**30, Stats())).get(key) == best
+
+
+def test_indirect_indexing_falls_back_to_local_autotune(cluster: Any, tmp_path: pathlib.Path) -> None:
+    from raycompile.autotune import AutotuneSession
+
+    kernel, _ = load_kernel("index out of bounds")
+    kernel.launchers = [Launcher(c) for c in kernel.configs] * (2 if len(kernel.configs) == 1 else 1)
+    stats = Stats()
+    session = AutotuneSession(stats, None, Settings.resolve(), group=A, measure=FakeGPUTiming())
+    local: list[Any] = []
+
+    def stock(k: Any, *args: Any, **kwargs: Any) -> dict[Any, float]:
+        local.append(k)
+        return dict.fromkeys(k.launchers, 1.0)
+
+    try:
+        session.hooks.tuner.benchmark_all_configs(kernel, stock, torch.zeros(4))
+    finally:
+        session.close()
+    assert local == [kernel] and stats.benchmarks_local == 1 and stats.benchmarks == 0
+
+
+@triton.jit
+def _scale(x, factor: tl.constexpr):
+    return x * factor
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, _scale(tl.load(x_ptr + offs, mask=mask), 2) + tl.load(y_ptr + offs, mask=mask),
+             mask=mask)
+
+
+def test_raycompile_autotune_a_user_kernel(cluster: Any) -> None:
+    """``raycompile.autotune``: the kernel (and the jit function it calls) rebuilt from its bundle
+    on the actors, configs timed over the GPUs of model A, a crashing config marked failed."""
+    from raycompile.autotune import AutotuneSession
+
+    raycompile.enable(address="auto", autotune=False, shared_cache="none")
+    try:
+        session = raycompile._session
+        session.autotune = AutotuneSession(session.stats, None, session.settings, group=A, measure=FakeGPUTiming())
+        configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in (32, 64, 256) for w in (2, 4)]
+        configs.append(triton.Config({"BLOCK": 64, "POISON": 1}, num_warps=4))
+        x = torch.randn(1000)
+        result = raycompile.autotune(add_kernel, configs, (x, x, torch.empty_like(x), x.numel()),
+                                     grid=lambda meta: (triton.cdiv(1000, meta["BLOCK"]),))
+        s = raycompile.stats()
+    finally:
+        raycompile.disable()
+    assert result.best is configs[3]  # BLOCK 64, 4 warps: the double's fastest
+    assert [ms for _, ms in result.timings[:-1]] == [fake_ms({**c.kwargs, "num_warps": c.num_warps})
+                                                     for c in configs[:-1]]
+    assert result.timings[-1][1] == INF and len(result.errors) == 1 and len(result.gpus) == 2
+    assert s["benchmarks"] == len(configs) and s["gpu_restarts"] == 1 and len(s["gpus"]) == 2
