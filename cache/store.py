@@ -130,6 +130,9 @@ class FileTier:
     def get(self, key: str) -> Entry | Miss:
         raw = self.get_raw(key)
         if raw is None:
+            if os.path.isdir(self._dir(key)):  # blobs without a manifest: damaged, never published so
+                self.drop(key)
+                return Miss("corrupt", "the entry has no manifest")
             return Miss("absent")
         result = verify_entry(key, raw[0], raw[1], self.secret)
         if isinstance(result, Miss):
@@ -176,8 +179,14 @@ class FileTier:
                 # never replaces a published entry (a reader may be reading it): a bad one was
                 # already dropped by the get() that found it, so this publishes the repair
                 os.rename(tmp, d)
-            except OSError:  # another writer published the same key first: theirs stands
-                return 0
+            except OSError:
+                if os.path.exists(os.path.join(d, "manifest.json")):
+                    return 0  # another writer published the same key first: theirs stands
+                self._drop(d)  # a damaged entry without its manifest (never a publish in progress)
+                try:
+                    os.rename(tmp, d)
+                except OSError:
+                    return 0
             tmp = ""
         finally:
             if tmp:
