@@ -130,7 +130,10 @@ class FileTier:
     def get(self, key: str) -> Entry | Miss:
         raw = self.get_raw(key)
         if raw is None:
-            if os.path.isdir(self._dir(key)):  # blobs without a manifest: damaged, never published so
+            d = self._dir(key)
+            # a published entry appears whole (one rename), so a directory without a manifest is
+            # damaged; check again, after the isdir, in case it was published since get_raw looked
+            if os.path.isdir(d) and not os.path.exists(os.path.join(d, "manifest.json")):
                 self.drop(key)
                 return Miss("corrupt", "the entry has no manifest")
             return Miss("absent")

@@ -391,6 +391,7 @@ class GPUTiming:
         from ..wrapper import autotune as seams
 
         device = self._device()
+        seams.match_compile_env()
         publish_triton_files(payload.files, device.index)
         bmreq = pickle.loads(payload.bmreq)
         seams.point_request_here(bmreq, retarget_device(payload.source, device.index), device)
@@ -402,6 +403,7 @@ class GPUTiming:
         device = self._device()
 
         def load() -> Any:
+            seams.match_compile_env()
             publish_triton_files(payload.files, device.index)
             return seams.load_autotuner(payload.name, retarget_device(payload.source, device.index))
 

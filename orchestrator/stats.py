@@ -55,6 +55,7 @@ class Stats:
         self.gpu_restarts = 0  # GPU actors that died under a candidate (and were restarted)
         self.benchmarks_local = 0  # kernels autotuned locally instead (indirect indexing, source unknown)
         self.autotune_cached = 0  # kernels whose stored winner was used: nothing benchmarked
+        self.benchmarks_verified = 0  # apparent fastest candidates timed again in the driver (confirm_fastest)
         self.gpus: Counter[str] = Counter()  # GPU id (node/index) -> candidates timed there
 
     def add(self, **deltas: float) -> None:
@@ -115,5 +116,6 @@ class Stats:
                 "gpu_restarts": self.gpu_restarts,
                 "benchmarks_local": self.benchmarks_local,
                 "autotune_cached": self.autotune_cached,
+                "benchmarks_verified": self.benchmarks_verified,
                 "gpus": dict(self.gpus),
             }

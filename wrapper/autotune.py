@@ -13,6 +13,16 @@ Two seams while the farm has GPUs of the driver's model (``AutotuneHooks``):
   winner is stored (``cache/winners.py``); a process that loads the kernel later gets it stitched
   in (``wrapper/runtime.py``'s ``winners``) and benchmarks nothing.
 
+Timings from the actors rank the candidates; they are not compared as they are with the timings
+this process takes itself. A choice's time on an actor (another process, perhaps another GPU)
+is not the time Inductor would measure here, and on small kernels the two differ by more than the
+candidates differ from each other: max-autotune compares Triton choices timed on the actors with
+ATen choices timed here, and an actor's bias would pick Triton kernels that stock Inductor, timing
+everything in one process, would not. So the apparent fastest candidates are timed again here
+with Inductor's own in-process benchmark (``confirm_fastest``) until the fastest is one timed
+here (at most ``VERIFY`` per decision; past that the rest are scaled by the here/actor ratio seen).
+The decision is then made, as stock makes it, between timings taken in this process.
+
 Also the actor-side touch points the benchmark jobs (kernels/benchmark.py) use. Every Inductor
 name reached here is listed in ``compat.SEAMS`` (checked on torch 2.13.0; 2.11.0 on the GPU
 machine: ``tests/unit/test_compat.py``).
@@ -25,11 +35,13 @@ import copy
 import dataclasses
 import functools
 import logging
+import math
 import os
 import pickle
+import statistics
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from . import compat
 
@@ -37,8 +49,12 @@ log = logging.getLogger("raycompile.autotune")
 
 INF = float("inf")
 
+# At most this many candidates of one decision are timed again in this process (confirm_fastest).
+VERIFY = 3
+
 # jobs -> timings, in order: the orchestrator's GPU pool, bound to one GPU group
 Runner = Callable[[Sequence[tuple[Any, Any]]], list[Any]]
+K = TypeVar("K", bound=Hashable)
 
 
 # --- actor side ---------------------------------------------------------------------------------
@@ -75,6 +91,19 @@ def point_request_here(bmreq: Any, source: str, device: Any) -> None:
 def run_request(bmreq: Any) -> float:
     """Time a max-autotune choice exactly as Inductor's tuning subprocess does."""
     return float(bmreq.benchmark())
+
+
+def match_compile_env() -> None:
+    """Compile and look up Triton kernels here as the farm's compile workers do (Inductor's
+    ``_worker_compile_triton`` first points Triton at the ptxas Inductor ships, when it ships one):
+    the ptxas is part of Triton's cache key, so a GPU actor that skipped this would miss the
+    cubins the farm compiled, compile every candidate again, and time a binary from another ptxas
+    than the one the driver runs."""
+    try:
+        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+    except ImportError:  # an Inductor without it: nothing to match
+        return
+    _set_triton_ptxas_path()
 
 
 def load_autotuner(name: str, source: str) -> Any:
@@ -174,10 +203,85 @@ def autotuner_source(kernel: Any) -> tuple[str, str] | None:
                 and len(value.args) == 2):
             return value.args[0], value.args[1]
     filename = getattr(kernel, "filename", None)
-    name = (getattr(kernel, "inductor_meta", None) or {}).get("kernel_name")
+    name = kernel_attribute_name(kernel)
     if filename and name and os.path.isfile(filename):
         return name, module_source(filename)
     return None
+
+
+def kernel_attribute_name(kernel: Any) -> str | None:
+    """The name a kernel's module binds it to (what ``_load_triton_kernel_from_source`` looks up):
+    its ``@triton.jit`` function's name. Not ``inductor_meta['kernel_name']``: in the modules
+    Inductor builds to benchmark a fusion (``generate_kernel_code_from_nodes``) that is still
+    ``'Placeholder.DESCRIPTIVE_NAME'`` while the function is ``triton_``."""
+    for name in (getattr(getattr(kernel, "fn", None), "__name__", None),
+                 (getattr(kernel, "inductor_meta", None) or {}).get("kernel_name")):
+        if isinstance(name, str) and name.isidentifier():
+            return name
+    return None
+
+
+# --- driver side: confirming the fastest here -----------------------------------------------------
+
+
+def confirm_fastest(actor: Mapping[K, float], here: Callable[[K], float],
+                    budget: int = VERIFY) -> tuple[dict[K, float], dict[K, float]]:
+    """Timings of one decision's candidates, the fastest of them confirmed in this process.
+
+    ``actor``: candidate -> milliseconds on the GPU actors (``inf``: failed). ``here(candidate)``
+    times one candidate in this process, as stock Inductor does. The apparent fastest is timed
+    here, then the apparent fastest of the new timings, until the fastest is one timed here. After
+    ``budget`` candidates timed here, the others are scaled by the median here/actor ratio seen (a
+    bias common to them all). A candidate that fails here is ``inf``. Returns (timings, the ones
+    timed here)."""
+    timed: dict[K, float] = {}
+    timings = dict(actor)
+    while True:
+        finite = [k for k, ms in timings.items() if ms < INF]
+        if not finite:
+            break
+        best = min(finite, key=timings.__getitem__)  # the first of equals, as Inductor's min
+        if best in timed:
+            break
+        if len(timed) >= budget:
+            timings = _calibrated(actor, timed)
+            break
+        try:
+            ms = float(here(best))
+        except Exception as e:  # what Inductor's own benchmark does with a failing choice
+            log.debug("raycompile: %s failed when timed here (%s: %s); it is inf", best, type(e).__name__, e)
+            ms = INF
+        timed[best] = timings[best] = ms if not math.isnan(ms) else INF
+    return timings, timed
+
+
+def _calibrated(actor: Mapping[K, float], timed: Mapping[K, float]) -> dict[K, float]:
+    ratios = [timed[k] / actor[k] for k in timed if 0 < actor[k] < INF and timed[k] < INF]
+    ratio = statistics.median(ratios) if ratios else 1.0
+    return {k: timed[k] if k in timed else ms * ratio for k, ms in actor.items()}
+
+
+def local_template_ms(choice: Any) -> float:
+    """A max-autotune Triton choice timed in this process, as ``TritonTemplateCaller.benchmark``
+    does (its request's own example tensors, Inductor's benchmarker)."""
+    bmreq = choice.bmreq
+    bmreq.benchmark_with_cudagraphs = bool(getattr(choice, "_benchmark_with_cudagraphs", False))
+    return float(bmreq.benchmark())
+
+
+def local_config_ms(kernel: Any, launcher: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> float:
+    """One config of a kernel timed in this process with its real arguments (what stock
+    ``benchmark_all_configs`` does for every config)."""
+    return float(kernel.bench(launcher, *args, **kwargs))
+
+
+def _gpu_here() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
 
 
 # --- driver side: the seams ----------------------------------------------------------------------
@@ -188,8 +292,10 @@ class FarmTuningPool:
     Triton template choice on the GPU actors; any other choice (CUTLASS) goes to the stock pool.
     A choice that failed or crashed its GPU is ``inf``, as in ``TuningProcessPool.target``."""
 
-    def __init__(self, run: Runner, cache: Any, stock: Callable[[], Any]) -> None:
+    def __init__(self, run: Runner, cache: Any, stock: Callable[[], Any], stats: Any = None,
+                 here: Callable[[Any], float] | None = None, verify: int = VERIFY) -> None:
         self._run, self._cache, self._stock = run, cache, stock
+        self._stats, self._here, self._verify = stats, here, verify
 
     def benchmark(self, choices: Sequence[Any]) -> dict[Any, float]:
         from ..kernels import Versions
@@ -210,10 +316,23 @@ class FarmTuningPool:
                 _warn_local(e)
                 rest = [*ours, *rest]
             else:
-                timings.update(zip(ours, results))
+                timings.update(self._confirmed(dict(zip(ours, results))))
         if rest:
             timings.update(self._stock().benchmark(rest))
         return {c: timings[c] for c in choices}
+
+    def _confirmed(self, actor: dict[Any, float]) -> dict[Any, float]:
+        """The actors' timings with the fastest Triton choices timed again here: Inductor compares
+        them with the ATen choices it timed in this process (``confirm_fastest``)."""
+        if self._here is None or self._verify <= 0:
+            return actor
+        timings, timed = confirm_fastest(actor, self._here, self._verify)
+        if self._stats is not None:
+            self._stats.add(benchmarks_verified=len(timed))
+        for c, ms in timed.items():
+            log.debug("raycompile: %s: %.4f ms on the GPU actors, %.4f ms here", getattr(c, "description", c),
+                      actor[c], ms)
+        return timings
 
     def shutdown(self) -> None:
         """Inductor's atexit hook calls this; the GPU actors belong to the raycompile session."""
@@ -222,8 +341,11 @@ class FarmTuningPool:
 class ConfigTuner:
     """Times an Inductor Triton kernel's configs on the GPU actors (``benchmark_all_configs``)."""
 
-    def __init__(self, run: Runner, cache: Any, winners: Any, stats: Any) -> None:
+    def __init__(self, run: Runner, cache: Any, winners: Any, stats: Any,
+                 here: Callable[[Any, Any, Sequence[Any], dict[str, Any]], float] | None = None,
+                 verify: int = VERIFY) -> None:
         self._run, self._cache, self._winners, self._stats = run, cache, winners, stats
+        self._here, self._verify = here, verify
 
     def key_of(self, kernel: Any) -> tuple[str, str, str] | None:
         found = autotuner_source(kernel)
@@ -270,8 +392,13 @@ class ConfigTuner:
             self._stats.add(benchmarks_local=1)
             return stock(kernel, *args, **kwargs)
         timings = {launcher: t.ms for launcher, t in zip(launchers, results)}
-        best = min(range(len(results)), key=lambda i: results[i].ms)
-        self._winners.put(key, configs[best], {"kernel": name, "ms": results[best].ms})
+        if self._here is not None and self._verify > 0:  # the fastest confirmed with the real arguments
+            here = self._here
+            timings, timed = confirm_fastest(timings, lambda launcher: here(kernel, launcher, args, kwargs),
+                                             self._verify)
+            self._stats.add(benchmarks_verified=len(timed))
+        best = launchers.index(min(timings, key=timings.__getitem__))  # as autotune_to_one_config picks
+        self._winners.put(key, configs[best], {"kernel": name, "ms": timings[launchers[best]]})
         return timings
 
 
@@ -330,9 +457,11 @@ class AutotuneHooks:
     """Installs both seams for one GPU group and registers the winner store with the output
     module's runtime; ``uninstall`` restores stock Inductor exactly."""
 
-    def __init__(self, run: Runner, cache: Any, winners: Any, stats: Any) -> None:
-        self.pool = FarmTuningPool(run, cache, stock_tuning_pool())
-        self.tuner = ConfigTuner(run, cache, winners, stats)
+    def __init__(self, run: Runner, cache: Any, winners: Any, stats: Any, verify: int | None = None) -> None:
+        # the fastest candidates are timed again here where this process has a GPU to time them on
+        verify = (VERIFY if _gpu_here() else 0) if verify is None else verify
+        self.pool = FarmTuningPool(run, cache, stock_tuning_pool(), stats, local_template_ms, verify)
+        self.tuner = ConfigTuner(run, cache, winners, stats, local_config_ms, verify)
         self.winners = winners
         self._stack: contextlib.ExitStack | None = None
         self._lock = threading.Lock()

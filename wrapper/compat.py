@@ -97,6 +97,7 @@ SEAMS: dict[str, tuple[str, str]] = {
     "triton_heuristics.user_autotune": ("torch._inductor.runtime.triton_heuristics", "user_autotune"),
     "benchmarker.benchmark_gpu": ("torch._inductor.runtime.benchmarking", "benchmarker.benchmark_gpu"),
     "rand_strided": ("torch._dynamo.testing", "rand_strided"),
+    "_set_triton_ptxas_path": ("torch._inductor.runtime.compile_tasks", "_set_triton_ptxas_path"),
 }
 
 # Where Inductor compiles a Triton kernel during codegen, outside the output module's

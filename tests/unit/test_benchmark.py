@@ -165,3 +165,160 @@ def test_a_max_autotune_request_is_pointed_at_this_node(tmp_path: pathlib.Path) 
     assert pathlib.Path(bmreq.module_path).read_text() == source and bmreq.module_cache_key in bmreq.module_path
     assert {m.device for m in bmreq.input_tensor_meta} == {torch.device("cpu")}
     assert bmreq.output_tensor_meta.device == torch.device("cpu")
+
+
+# --- the fastest candidates, confirmed in the driver ----------------------------------------------
+
+
+def test_the_apparent_fastest_is_timed_here_until_the_fastest_was() -> None:
+    """An actor that times one candidate too fast (another process, another GPU) does not decide:
+    the apparent fastest is timed here, then the next apparent fastest, until the fastest was timed
+    here; past the budget the rest are scaled by the here/actor ratio seen."""
+    from raycompile.wrapper.autotune import confirm_fastest
+
+    actor = {"a": 1.0, "b": 2.0, "c": 2.2, "d": INF}
+    here = {"a": 3.0, "b": 2.5, "c": 2.4, "d": 9.9}  # "a" only looked fast on its actor
+    asked: list[str] = []
+
+    def time_here(k: str) -> float:
+        asked.append(k)
+        return here[k]
+
+    timings, timed = confirm_fastest(actor, time_here, budget=3)
+    assert asked == ["a", "b", "c"] and timed == {"a": 3.0, "b": 2.5, "c": 2.4}
+    assert min(timings, key=timings.__getitem__) == "c" and timings["d"] == INF  # a failure stays failed
+    # actors 20% fast: timed here until the fastest was (the next one is slower than it, as here)
+    timings, timed = confirm_fastest({"a": 1.0, "b": 1.1, "c": 2.0}, lambda k: {"a": 1.2, "b": 1.32, "c": 2.4}[k])
+    assert timed == {"a": 1.2, "b": 1.32} and timings["c"] == 2.0 and min(timings, key=timings.__getitem__) == "a"
+    # the budget bounds the work; a candidate that fails here is inf; nothing finite: nothing timed
+    timings, timed = confirm_fastest({"a": 1.0, "b": 2.0, "c": 3.0}, lambda k: 1 / 0 if k == "a" else 9.0, budget=2)
+    assert timed == {"a": INF, "b": 9.0} and timings["a"] == INF and timings["c"] == pytest.approx(13.5)
+    assert confirm_fastest({"a": INF}, lambda k: 1.0) == ({"a": INF}, {})
+
+
+class _Choice:  # what select_algorithm hands the tuning pool: an object with a ``bmreq``
+    def __init__(self, bmreq: object, description: str) -> None:
+        self.bmreq, self.description = bmreq, description
+
+
+def _template_choices(tmp_path: pathlib.Path, n: int) -> list[_Choice]:
+    from torch._inductor.autotune_process import TensorMeta, TritonGPUBenchmarkRequest
+
+    source = next(p for p in sorted(CORPUS.glob("*.py")) if "def triton_mm(" in p.read_text()).read_text()
+    path = tmp_path / "triton_mm.py"
+    path.write_text(source)
+    meta = TensorMeta(device=torch.device("cuda", 0), dtype=torch.float16, sizes=(256, 256), strides=(256, 1),
+                      offset=0, name="buf0")
+    return [_Choice(TritonGPUBenchmarkRequest("triton_mm", [meta, meta], meta, [], str(path), "key", num_stages=s,
+                                              num_warps=4), f"choice {s}") for s in range(1, n + 1)]
+
+
+def test_max_autotune_choices_are_ranked_on_actors_and_the_fastest_confirmed_here(tmp_path: pathlib.Path) -> None:
+    """FarmTuningPool: the actors time every Triton choice; the ones that look fastest are timed
+    again in the driver (where Inductor times the ATen choices they compete with), so an actor's
+    bias cannot make a Triton choice win that stock Inductor would not pick."""
+    from raycompile.wrapper.autotune import FarmTuningPool
+
+    choices = _template_choices(tmp_path, 4)
+    on_actors = [0.010, 0.011, 0.030, INF]  # choice 1 looks fastest on its actor
+    here = {choices[0]: 0.020, choices[1]: 0.012, choices[2]: 0.031, choices[3]: 0.005}
+    sent: list[int] = []
+
+    def run(work: list[tuple[object, object]]) -> list[Timing]:
+        sent.append(len(work))
+        return [Timing(i, ms, gpu="g/0") for i, ms in enumerate(on_actors)]
+
+    stats = Stats()
+    pool = FarmTuningPool(run, None, lambda: None, stats, here.__getitem__, verify=3)
+    timings = pool.benchmark(choices)
+    assert sent == [4]  # every choice went to the actors, once
+    assert min(timings, key=timings.__getitem__) is choices[1] and timings[choices[1]] == 0.012
+    assert timings[choices[3]] == INF  # failed on its actor: never timed here
+    assert stats.benchmarks_verified == 2 and stats.snapshot()["benchmarks_verified"] == 2
+    # verify=0: the actors' timings as they came (what a driver without a GPU gets)
+    plain = FarmTuningPool(run, None, lambda: None, Stats(), here.__getitem__, verify=0).benchmark(choices)
+    assert [plain[c] for c in choices] == on_actors
+
+
+def _corpus_kernel(name_part: str, source_edit: object = None) -> tuple[object, str, str]:
+    """A real Inductor kernel from the corpus, loaded as Inductor loads a module (no GPU needed)."""
+    from torch._inductor.codecache import PyCodeCache
+
+    from raycompile.kernels.triton_compile import compile_only_driver
+
+    source = next(p for p in sorted(CORPUS.glob("*.py")) if name_part in p.read_text()).read_text()
+    name = next(line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def "))
+    if callable(source_edit):
+        source, name = source_edit(source, name)
+    with compile_only_driver("cuda", 90, 32):
+        return getattr(PyCodeCache.load(source), name), name, source
+
+
+def test_a_fusion_benchmark_kernel_is_sent_under_the_name_its_module_binds() -> None:
+    """Inductor's fusion benchmarks load a module whose kernel is ``triton_`` while its
+    inductor_meta still says 'Placeholder.DESCRIPTIVE_NAME' (generate_kernel_code_from_nodes
+    replaces only KERNEL_NAME); the GPU actors look the kernel up by the name sent."""
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+
+    from raycompile.kernels.triton_compile import compile_only_driver
+    from raycompile.wrapper.autotune import autotuner_source, triton_source_key
+
+    def as_benchmark_module(source: str, name: str) -> tuple[str, str]:
+        return (source.replace(f"def {name}(", "def triton_(")
+                .replace(f"'kernel_name': '{name}'", "'kernel_name': 'Placeholder.DESCRIPTIVE_NAME'"), "triton_")
+
+    kernel, name, source = _corpus_kernel("def triton_poi_fused__to_copy__unsafe_view_add_bmm_cat_cos_mul",
+                                          as_benchmark_module)
+    assert kernel.inductor_meta["kernel_name"] == "Placeholder.DESCRIPTIVE_NAME"
+    assert not hasattr(kernel, "_reload_kernel")  # loaded by the module, not by AsyncCompile
+    found = autotuner_source(kernel)
+    assert found == ("triton_", source)
+    with compile_only_driver("cuda", 90, 32):  # what the actor does with it
+        assert _load_triton_kernel_from_source(*found).fn.__name__ == "triton_"
+    # the key its Triton cache group was filed under by the farm (async_compile.triton("triton_", src))
+    assert triton_source_key(*found) == triton_source_key("triton_", source)
+
+
+class _Launcher:  # stands in for a launcher: loading a cubin needs a GPU this machine lacks
+    def __init__(self, config: object) -> None:
+        self.config = config
+
+
+def test_kernel_configs_ranked_on_actors_and_the_fastest_confirmed_with_the_real_arguments() -> None:
+    from raycompile.cache.winners import WinnerStore
+    from raycompile.wrapper import compat
+    from raycompile.wrapper.autotune import ConfigTuner, triton_source_key
+
+    kernel, name, _ = _corpus_kernel("def triton_poi_fused__to_copy__unsafe_view_add_bmm_cat_cos_mul")
+    kernel.launchers = [_Launcher(c) for c in kernel.configs]
+    configs = [compat.config_dict(c) for c in kernel.configs]
+    assert len(configs) >= 3
+    on_actors = [1.0 + i for i in range(len(configs))]
+    on_actors[-1] = 0.5  # the last config looks fastest on its actor, is slowest here
+    here_ms = {id(launcher): 10.0 if i == len(configs) - 1 else 2.0 + 0.1 * i
+               for i, launcher in enumerate(kernel.launchers)}
+    args = [torch.randn(64, 512), torch.randn(64, 512), torch.empty(64), 64, 512]
+    seen: list[tuple[object, ...]] = []
+
+    def here(k: object, launcher: object, a: object, kw: object) -> float:
+        seen.append((k, a, kw))
+        return here_ms[id(launcher)]
+
+    stats = Stats()
+    winners = WinnerStore(None)
+    tuner = ConfigTuner(lambda work: [Timing(j.index, on_actors[j.index], gpu="g/0") for j, _ in work], None,
+                        winners, stats, here, verify=3)
+    timings = tuner.benchmark_all_configs(kernel, lambda *a, **k: pytest.fail("tuned locally"), *args)
+    best = min(timings, key=timings.__getitem__)
+    assert best is kernel.launchers[0] and timings[best] == 2.0  # confirmed here, with the real arguments
+    assert all(k is kernel and list(a) == args and kw == {} for k, a, kw in seen)
+    assert stats.benchmarks_verified == 2 and stats.benchmarks_local == 0
+    assert winners.get(triton_source_key(name, _source_of(kernel))) == configs[0]
+
+
+def _source_of(kernel: object) -> str:
+    from raycompile.wrapper.autotune import autotuner_source
+
+    found = autotuner_source(kernel)
+    assert found is not None
+    return found[1]
