@@ -2,6 +2,10 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -42,33 +46,45 @@ def _isolated_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.delenv("RAYCOMPILE_SHARED_CACHE", raising=False)
 
 
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real redis-server (Debian's package) on a free port on 127.0.0.1, stopped afterwards."""
-    import shutil
-    import socket
-    import subprocess
-    import time
-
+def _start_redis(directory: pathlib.Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A real redis-server (Debian's package) on a free port on 127.0.0.1; skips without one."""
     exe = shutil.which("redis-server")
     if exe is None:
         pytest.skip("redis-server is not installed (apt-get install redis-server)")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    d = tmp_path_factory.mktemp("redis")
     proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--dir", str(directory)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
+            return proc, f"redis://127.0.0.1:{port}/0"
         except OSError:
             if time.monotonic() > deadline or proc.poll() is not None:
                 proc.kill()
                 raise RuntimeError("redis-server did not start") from None
             time.sleep(0.1)
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real redis-server for the session, stopped afterwards."""
+    proc, url = _start_redis(tmp_path_factory.mktemp("redis"))
+    yield url
+    _stop(proc)
+
+
+@pytest.fixture
+def redis_server(tmp_path: pathlib.Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A redis-server of the test's own (process, url), so the test can stop it mid-run."""
+    proc, url = _start_redis(tmp_path)
+    yield proc, url
+    _stop(proc)

@@ -9,11 +9,9 @@ another version (a ``sitecustomize`` on their PYTHONPATH) — what the farm read
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import os
 import pathlib
-import shutil
 import subprocess
 import textwrap
 import threading
@@ -133,52 +131,21 @@ def test_the_head_cache_actor_killed_is_restarted_and_loses_nothing(
     assert assert_intact(head_dir) >= before
 
 
-@contextlib.contextmanager
-def redis_server(directory: pathlib.Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """A redis-server of this test's own, so the test can stop it."""
-    import socket
-
-    exe = shutil.which("redis-server")
-    if exe is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(directory)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("redis-server did not start") from None
-            time.sleep(0.1)
-    try:
-        yield proc, f"redis://127.0.0.1:{port}/0"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
-
-
 def test_redis_going_down_mid_run_means_local_compiles_counted(
-        cluster: Any, model_and_stock: Any, tmp_path: pathlib.Path) -> None:
+        cluster: Any, model_and_stock: Any, tmp_path: pathlib.Path, redis_server: tuple[Any, str]) -> None:
     model, args, stock = model_and_stock
-    with redis_server(tmp_path) as (proc, url):
-        killed: list[bool] = []
+    proc, url = redis_server
+    killed: list[bool] = []
 
-        def stop_redis_at_first_job() -> None:
-            if wait_for_job(raylet_pids(cluster), timeout=300) is not None:
-                proc.kill()
-                killed.append(True)
+    def stop_redis_at_first_job() -> None:
+        if wait_for_job(raylet_pids(cluster), timeout=300) is not None:
+            proc.kill()
+            killed.append(True)
 
-        stopper = threading.Thread(target=stop_redis_at_first_job, daemon=True)
-        stopper.start()
-        out, s = compile_on_farm(model, args, address="auto", shared_cache=url, cache_dir=str(tmp_path / "local"))
-        stopper.join(timeout=60)
+    stopper = threading.Thread(target=stop_redis_at_first_job, daemon=True)
+    stopper.start()
+    out, s = compile_on_farm(model, args, address="auto", shared_cache=url, cache_dir=str(tmp_path / "local"))
+    stopper.join(timeout=60)
     assert killed
     assert torch.equal(out, stock)
     assert s["shared_unavailable"] > 0 and s["failures"] == 0 and s["fallbacks"] == 0
