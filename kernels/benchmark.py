@@ -92,7 +92,7 @@ def make_args(described: Sequence[Any], device: Any) -> list[Any]:
     floats, zeros for integer and bool tensors)."""
     import torch
 
-    from ..wrapper import autotune as seams
+    from ..wrapper import autotune_actor as seams
 
     def one(v: Any) -> Any:
         if isinstance(v, TensorArg):
@@ -388,7 +388,7 @@ class GPUTiming:
         return torch.device("cuda", torch.cuda.current_device())
 
     def _template(self, job: BenchJob, payload: Payload) -> float:
-        from ..wrapper import autotune as seams
+        from ..wrapper import autotune_actor as seams
 
         device = self._device()
         seams.match_compile_env()
@@ -398,7 +398,7 @@ class GPUTiming:
         return seams.run_request(bmreq)
 
     def _inductor(self, job: BenchJob, payload: Payload) -> float:
-        from ..wrapper import autotune as seams
+        from ..wrapper import autotune_actor as seams
 
         device = self._device()
 
@@ -419,7 +419,7 @@ class GPUTiming:
         import cloudpickle
         import torch
 
-        from ..wrapper import autotune as seams
+        from ..wrapper import autotune_actor as seams
 
         device = self._device()
         kernel = self._memo(payload, lambda: load_user_kernel(
