@@ -33,43 +33,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
-MODE = "max-autotune-no-cudagraphs"
-QUALITY = 1.03
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from autotune_scaling import MODE, QUALITY, build  # noqa: E402 - the scaling benchmark's models
+
 T0 = time.perf_counter()
 
 
 def say(msg: str) -> None:
     print(f"[{time.perf_counter() - T0:6.1f}s] {msg}", flush=True)
-
-
-def build(model: str, layers: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    import torch
-
-    torch.manual_seed(0)
-    if model == "llama":
-        from transformers import LlamaConfig, LlamaForCausalLM
-
-        cfg = LlamaConfig(vocab_size=4096, hidden_size=1024, intermediate_size=2816, num_hidden_layers=layers,
-                          num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=1024)
-        m = LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
-        ids = torch.randint(0, cfg.vocab_size, (4, 512), device="cuda")
-
-        def infer(ids: torch.Tensor) -> torch.Tensor:
-            with torch.no_grad():
-                return m(input_ids=ids).logits
-
-        return infer, (ids,)
-    from raycompile.models import TransformerBlock
-
-    blocks = torch.nn.Sequential(*[TransformerBlock(dim=512, heads=8, hidden=1376) for _ in range(layers)])
-    blocks = blocks.cuda().to(torch.bfloat16).eval()
-    x = torch.randn(8, 256, 512, device="cuda", dtype=torch.bfloat16)
-
-    def infer_block(x: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return blocks(x)
-
-    return infer_block, (x,)
 
 
 # --- what each compile decided --------------------------------------------------------------------

@@ -37,14 +37,14 @@ MODE = "max-autotune-no-cudagraphs"
 QUALITY = 1.03
 
 
-def build(model: str):  # noqa: ANN201 - returns (fn, args); mirrors warm_start.build, for inference
+def build(model: str, layers: int = 4):  # noqa: ANN201 - returns (fn, args); warm_start.build, for inference
     import torch
 
     torch.manual_seed(0)
     if model == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        cfg = LlamaConfig(vocab_size=4096, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+        cfg = LlamaConfig(vocab_size=4096, hidden_size=1024, intermediate_size=2816, num_hidden_layers=layers,
                           num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=1024)
         m = LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
         ids = torch.randint(0, cfg.vocab_size, (4, 512), device="cuda")
@@ -56,7 +56,7 @@ def build(model: str):  # noqa: ANN201 - returns (fn, args); mirrors warm_start.
         return infer, (ids,)
     from raycompile.models import TransformerBlock
 
-    blocks = torch.nn.Sequential(*[TransformerBlock(dim=512, heads=8, hidden=1376) for _ in range(4)])
+    blocks = torch.nn.Sequential(*[TransformerBlock(dim=512, heads=8, hidden=1376) for _ in range(layers)])
     blocks = blocks.cuda().to(torch.bfloat16).eval()
     x = torch.randn(8, 256, 512, device="cuda", dtype=torch.bfloat16)
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from tinyllama import tiny_llama
 
 import raycompile
 from raycompile.wrapper import compat
@@ -25,18 +26,7 @@ def local_ray() -> Iterator[None]:
 
 
 def llama_step() -> tuple[torch.Tensor, list[torch.Tensor]]:
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=4096, hidden_size=512, intermediate_size=1376,
-                                   num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=8,
-                                   max_position_embeddings=512)
-    model = transformers.LlamaForCausalLM(cfg).cuda().to(torch.bfloat16)
-    ids = torch.randint(0, cfg.vocab_size, (2, 128), device="cuda")
-
-    def step(ids: torch.Tensor) -> torch.Tensor:
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        return loss
+    model, step, ids = tiny_llama()
 
     torch._dynamo.reset()
     with compat.fresh_cache():

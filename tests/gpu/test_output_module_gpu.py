@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 from outputmodule import check_shape, compile_and_get_code, defined_kernels, normalise
+from tinyllama import tiny_llama
 
 import raycompile
 from raycompile.wrapper import compat, runtime
@@ -85,18 +86,7 @@ def test_compile_time_autotuning_runs_the_same_runtime(farm: Any) -> None:
 
 
 def llama_step(codes: list[str] | None = None) -> torch.Tensor:
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=4096, hidden_size=512, intermediate_size=1376,
-                                   num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=8,
-                                   max_position_embeddings=512)
-    model = transformers.LlamaForCausalLM(cfg).cuda().to(torch.bfloat16)
-    ids = torch.randint(0, cfg.vocab_size, (2, 128), device="cuda")
-
-    def step(ids: torch.Tensor) -> torch.Tensor:
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        return loss
+    model, step, ids = tiny_llama()
 
     loss, step_codes = compile_and_get_code(step, ids)
     torch.cuda.synchronize()
