@@ -34,7 +34,7 @@ from typing import Any
 from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from autotune_scaling import MODE, QUALITY, build  # noqa: E402 - the scaling benchmark's models
+from autotune_scaling import MODE, QUALITY, build, gpu_profile  # noqa: E402 - the scaling benchmark's models
 
 T0 = time.perf_counter()
 
@@ -224,29 +224,6 @@ def step_times(cases: list[dict[str, Any]], args: tuple[Any, ...], steps: int, r
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def gpu_profile(fn: Callable[..., Any], args: tuple[Any, ...],
-                n: int = 10) -> tuple[float, float, list[tuple[str, float]]]:
-    """(GPU kernel ms per step, kernels per step, top kernels: name -> ms per step)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    fn(*args)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n):
-            fn(*args)
-        torch.cuda.synchronize()
-    rows = []
-    for e in prof.key_averages():
-        us = getattr(e, "self_device_time_total", None)
-        if us is None:
-            us = getattr(e, "self_cuda_time_total", 0)
-        if us > 0:
-            rows.append((e.key, us / n / 1e3, e.count / n))
-    rows.sort(key=lambda r: -r[1])
-    return sum(r[1] for r in rows), sum(r[2] for r in rows), [(k[:70], ms) for k, ms, _ in rows[:8]]
-
-
 # --- report ---------------------------------------------------------------------------------------
 
 
@@ -319,6 +296,28 @@ def report_farm(templates: list[dict[str, Any]], configs: list[dict[str, Any]]) 
         print(f"  {k['kernel'][:60]:<60} {len(k['rows'])} configs: actor's fastest here {a[2]:.4f}, best here "
               f"{h[2]:.4f}, picked here {rep[2]:.4f}; actor/here median "
               f"{statistics.median(r[1] / r[2] for r in rows):.3f}")
+
+
+def cpu_profile(fn: Callable[..., Any], args: tuple[Any, ...], n: int = 30, top: int = 12) -> list[str]:
+    """The Python functions a step spends its host time in (cProfile over ``n`` steps): where a
+    launch-bound step's wall time goes. Lines: calls per step, tottime us per step, function."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    fn(*args)
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        fn(*args)
+    prof.disable()
+    torch.cuda.synchronize()
+    st = pstats.Stats(prof)
+    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]  # type: ignore[attr-defined]
+    return [f"{nc / n:6.1f} calls {tt / n * 1e6:8.1f} us  {os.path.basename(f)}:{line}({name})"
+            for (f, line, name), (_cc, nc, tt, _ct, _callers) in rows]
 
 
 def actor_compiled(actor_triton: str, farm_triton: str) -> tuple[int, int]:
@@ -408,6 +407,11 @@ def main() -> None:
                 ok = ok and rw <= QUALITY and rg <= QUALITY
             print(f"  {phase:<14} {c['name']:<14} wall {walls[c['name']]:.3f} ms ({rw:.3f}x)  GPU {gpu:.3f} ms "
                   f"({rg:.3f}x)  kernels/step {nk:.0f}")
+    print("\n== host time per step (cProfile, after disable) ==")
+    for c in cases:
+        print(f"  {c['name']}:")
+        for line in cpu_profile(c["fn"], inputs):
+            print(f"    {line}")
     for c in cases:
         print(f"  top GPU kernels, {c['name']}: " + "; ".join(f"{k} {ms:.3f}" for k, ms in prof_b[c["name"]][2]))
     same = all(torch.allclose(c["out"].float(), cases[0]["out"].float(), rtol=5e-2, atol=5e-2) for c in cases)

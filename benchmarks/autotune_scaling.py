@@ -1,8 +1,10 @@
 """Autotune scaling: a Llama-style model's inference compiled under max-autotune, stock on one GPU
 against the farm with its benchmarks on 1, 2, ... GPU actors. Each case runs in a NEW process with
-EMPTY Inductor, Triton and raycompile caches.
+EMPTY Inductor, Triton and raycompile caches, on a NEW Ray cluster whose workers (the GPU actors
+included) also start with empty Inductor and Triton caches: no case warms another's.
 
-    python benchmarks/autotune_scaling.py --gpus 1 2 [--nodes 1|2] [--model llama|block] [--steps 50] [--label h200]
+    python benchmarks/autotune_scaling.py --gpus 1 2 [--nodes 1|2] [--model llama|block] [--layers 4]
+        [--steps 50] [--stock-runs 2] [--label h200]
 
 The farm cases run on a Ray cluster made here (``ray.cluster_utils``): ``--nodes M`` Ray nodes on
 this machine, the N GPUs split between them (each node sees only its GPUs) and the CPUs too.
@@ -14,7 +16,16 @@ Columns:
 - speedup: the 1-GPU farm run's compile s / this run's; efficiency = speedup / N (1.0: perfect
   scaling of the farm over GPUs);
 - benchmarks: autotune candidates timed on the GPU actors (``stats()['benchmarks']``);
-- step ms: the median of ``--steps`` steady-state steps; vs stock = step ms / stock's (goal <= 1.03).
+- tune s: the driver's wall time waiting on the GPU actors (``stats()['benchmark_wall_seconds']``,
+  actor start included); tune eff = the 1-GPU run's tune s / (N x this run's): the scaling of the
+  part of the compile that the GPUs do;
+- step ms: steady-state wall ms per step (``--steps`` calls back to back, the median of 5 rounds);
+  GPU ms: the GPU kernel time of a step (profiler), which the autotune picks decide and the
+  host's launch speed does not; vs stock = ratio to stock's (goal <= 1.03).
+  With ``--stock-runs 2`` stock compiles twice (two new processes): its own run-to-run spread under
+  max-autotune (its picks come from timings too) is the "stock again" row, and "stock" is the
+  mean of the two runs' step times;
+- ATen picks: max-autotune decisions won by an ATen (cuBLAS) choice, of all decisions.
 Prints the table; writes JSON to benchmarks/results/autotune_scaling_LABEL.json and a PNG. Runs
 without network (Ray may come from a bundle on PYTHONPATH); needs CUDA (transformers for llama).
 """
@@ -22,6 +33,7 @@ without network (Ray may come from a bundle on PYTHONPATH); needs CUDA (transfor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -30,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -67,7 +80,67 @@ def build(model: str, layers: int = 4):  # noqa: ANN201 - returns (fn, args); wa
     return infer_block, (x,)
 
 
-def child(mode: str, model: str, steps: int) -> None:
+def gpu_profile(fn: Callable[..., Any], args: tuple[Any, ...],
+                n: int = 10) -> tuple[float, float, list[tuple[str, float]]]:
+    """(GPU kernel ms per step, kernels per step, top kernels: name -> ms per step)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            fn(*args)
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0)
+        if us > 0:
+            rows.append((e.key, us / n / 1e3, e.count / n))
+    rows.sort(key=lambda r: -r[1])
+    return sum(r[1] for r in rows), sum(r[2] for r in rows), [(k[:70], ms) for k, ms, _ in rows[:8]]
+
+
+def step_ms(fn: Callable[..., Any], args: tuple[Any, ...], steps: int, rounds: int = 5) -> float:
+    """Steady-state ms per step: ``steps`` calls back to back between two synchronizes (the
+    throughput a serving or training loop sees), the median of ``rounds``."""
+    import torch
+
+    for _ in range(3):
+        fn(*args)
+    per_round = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(steps):
+            fn(*args)
+        torch.cuda.synchronize()
+        per_round.append((time.perf_counter() - t) * 1e3 / steps)
+    return statistics.median(per_round)
+
+
+@contextlib.contextmanager
+def picks_counted(into: dict[str, int]) -> Iterator[None]:
+    """Counts max-autotune decisions and those an ATen choice won (select_algorithm's feedback
+    hook; nothing counted on an Inductor without it)."""
+    from torch._inductor import select_algorithm as sa
+
+    def saver(timings: dict[Any, float], *_: Any) -> None:
+        if timings:
+            best = min(timings, key=timings.__getitem__)
+            into["decisions"] = into.get("decisions", 0) + 1
+            into["aten"] = into.get("aten", 0) + ("Extern" in type(best).__name__)
+
+    try:
+        sa.add_feedback_saver(saver)
+    except Exception:  # noqa: BLE001 - a diagnostic only
+        pass
+    yield
+
+
+def child(mode: str, model: str, steps: int, layers: int) -> None:
     import torch
 
     t0 = time.perf_counter()
@@ -76,34 +149,54 @@ def child(mode: str, model: str, steps: int) -> None:
 
         raycompile.enable(address="auto")
     enable_s = time.perf_counter() - t0
-    fn, args = build(model)
+    fn, args = build(model, layers)
     compiled = torch.compile(fn, mode=MODE)
+    picks: dict[str, int] = {}
     t1 = time.perf_counter()
-    out = compiled(*args)
-    torch.cuda.synchronize()
+    with picks_counted(picks):
+        out = compiled(*args)
+        torch.cuda.synchronize()
     compile_s = time.perf_counter() - t1
-    times = []
-    for _ in range(steps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        compiled(*args)
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t) * 1e3)
+    wall = step_ms(compiled, args, steps)
+    gpu_ms, kernels, top = gpu_profile(compiled, args)
+    apps = gpu_apps()
     stats: dict[str, Any] = {}
+    later: dict[str, float] = {}
     if mode == "farm":
         import raycompile
 
         stats = raycompile.stats()
+        time.sleep(10)  # whatever the farm left running has had time to end
+        later["idle_10s"] = step_ms(compiled, args, steps)
         raycompile.disable()
-    print("RESULT " + json.dumps({"enable_s": enable_s, "compile_s": compile_s, "step_ms": statistics.median(times),
-                                  "checksum": float(out.float().sum()), "stats": stats}))
+        later["disabled"] = step_ms(compiled, args, steps)
+    print("RESULT " + json.dumps({"enable_s": enable_s, "compile_s": compile_s, "step_ms": wall,
+                                  "gpu_ms": gpu_ms, "kernels": kernels, "top": top, "later": later,
+                                  "gpu_apps": apps,
+                                  "checksum": float(out.float().sum()), "stats": stats, "picks": picks}))
 
 
-def run_child(mode: str, model: str, steps: int, env: dict[str, str]) -> dict[str, Any]:
-    work = pathlib.Path(tempfile.mkdtemp(prefix=f"autotune-{mode}-"))
-    fresh = {"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"), "TRITON_CACHE_DIR": str(work / "triton"),
-             "RAYCOMPILE_CACHE_DIR": str(work / "raycompile"), "RAYCOMPILE_SHARED_CACHE": "none"}
-    proc = subprocess.run([sys.executable, __file__, "--child", mode, "--model", model, "--steps", str(steps)],
+def gpu_apps() -> list[str]:
+    """The processes holding a CUDA context, with their GPU memory (nvidia-smi; [] without it)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=gpu_uuid,pid,used_memory", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def fresh_caches(prefix: str) -> dict[str, str]:
+    """Environment pointing Inductor, Triton and raycompile at new empty directories."""
+    work = pathlib.Path(tempfile.mkdtemp(prefix=f"autotune-{prefix}-"))
+    return {"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"), "TRITON_CACHE_DIR": str(work / "triton"),
+            "RAYCOMPILE_CACHE_DIR": str(work / "raycompile"), "RAYCOMPILE_SHARED_CACHE": "none"}
+
+
+def run_child(mode: str, model: str, steps: int, layers: int, env: dict[str, str]) -> dict[str, Any]:
+    fresh = fresh_caches(mode)
+    proc = subprocess.run([sys.executable, __file__, "--child", mode, "--model", model, "--steps", str(steps),
+                           "--layers", str(layers)],
                           capture_output=True, text=True, env={**os.environ, **fresh, **env}, timeout=3600,
                           check=False)
     for line in proc.stdout.splitlines():
@@ -114,7 +207,8 @@ def run_child(mode: str, model: str, steps: int, env: dict[str, str]) -> dict[st
 
 def start_cluster(gpus: int, nodes: int) -> Any:
     """A Ray cluster on this machine: ``nodes`` nodes, the first ``gpus`` GPUs and the CPUs split
-    between them; each node sees only its own GPUs (CUDA_VISIBLE_DEVICES when it starts)."""
+    between them; each node sees only its own GPUs (CUDA_VISIBLE_DEVICES when it starts), and its
+    workers start with empty Inductor and Triton caches of their own."""
     from ray.cluster_utils import Cluster
 
     cpus = os.cpu_count() or 2
@@ -126,7 +220,7 @@ def start_cluster(gpus: int, nodes: int) -> Any:
             visible = ",".join(map(str, ids))
             os.environ["CUDA_VISIBLE_DEVICES"] = visible  # Ray reads a new node's GPU ids from here
             args = {"num_cpus": max(1, cpus // nodes), "num_gpus": len(ids),
-                    "env_vars": {"CUDA_VISIBLE_DEVICES": visible}}
+                    "env_vars": {"CUDA_VISIBLE_DEVICES": visible, **fresh_caches(f"node{i}")}}
             if i == 0:
                 cluster = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
             else:
@@ -163,12 +257,14 @@ def main() -> None:
     p.add_argument("--model", default="llama", choices=["llama", "block"])
     p.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
     p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--layers", type=int, default=4)
     p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--stock-runs", type=int, default=2, choices=[1, 2])
     p.add_argument("--label", default="local")
     p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     args = p.parse_args()
     if args.child:
-        return child(args.child, args.model, args.steps)
+        return child(args.child, args.model, args.steps, args.layers)
     import torch
 
     if not torch.cuda.is_available():
@@ -178,8 +274,11 @@ def main() -> None:
     if max(wanted) > have:
         sys.exit(f"asked for {max(wanted)} GPUs, this machine has {have}")
     env = {"RAY_AUTH_MODE": "disabled", "RAYCOMPILE_SECRET": "autotune-bench"}
-    print(f"stock, {MODE}, 1 GPU ...", flush=True)
-    rows = [{"case": "stock", "gpus": 1, "nodes": 0, **run_child("stock", args.model, args.steps, env)}]
+    rows = []
+    for i in range(args.stock_runs):
+        print(f"stock, {MODE}, 1 GPU (run {i + 1}) ...", flush=True)
+        rows.append({"case": "stock" if i == 0 else "stock again", "gpus": 1, "nodes": 0,
+                     **run_child("stock", args.model, args.steps, args.layers, env)})
     for n in wanted:
         nodes = min(args.nodes, n)
         cluster = start_cluster(n, nodes)
@@ -188,38 +287,60 @@ def main() -> None:
             if len(set(uuids)) != n:
                 print(f"WARNING: the {n} GPU slots map to {len(set(uuids))} physical GPUs: {uuids}")
             print(f"farm, {n} GPU(s) on {nodes} node(s) ...", flush=True)
-            result = run_child("farm", args.model, args.steps, {**env, "RAY_ADDRESS": cluster.address})
+            result = run_child("farm", args.model, args.steps, args.layers, {**env, "RAY_ADDRESS": cluster.address})
         finally:
             cluster.shutdown()
         rows.append({"case": f"farm {n} GPU", "gpus": n, "nodes": nodes, "physical_gpus": len(set(uuids)), **result})
-    stock = rows[0]
+    stocks = [r for r in rows if r["case"].startswith("stock")]
+    stock = {k: statistics.mean(r[k] for r in stocks) for k in ("compile_s", "step_ms", "gpu_ms")}
     base = next(r for r in rows if r["case"] == "farm 1 GPU")
+    base_tune = (base.get("stats") or {}).get("benchmark_wall_seconds")
     for r in rows:
         r["x_stock"] = stock["compile_s"] / r["compile_s"]
         r["step_vs_stock"] = r["step_ms"] / stock["step_ms"]
-        if r["case"] != "stock":
+        r["gpu_vs_stock"] = r["gpu_ms"] / stock["gpu_ms"]
+        if not r["case"].startswith("stock"):
             r["speedup"] = base["compile_s"] / r["compile_s"]
             r["efficiency"] = r["speedup"] / r["gpus"]
+            tune = (r.get("stats") or {}).get("benchmark_wall_seconds")
+            if base_tune and tune:
+                r["tune_efficiency"] = base_tune / tune / r["gpus"]
     hardware = f"{torch.cuda.get_device_name(0)} x{have}, {os.cpu_count()} CPUs, torch {torch.__version__}"
-    print(f"\n{args.model} inference, {MODE}; {hardware}")
-    header = ("| case | compile s | enable s | x stock | speedup | efficiency | benchmarks | bench s (actors) "
-              "| step ms | vs stock |")
-    print(header + "\n|" + "---|" * 10)
+    print(f"\n{args.model} inference ({args.layers} layers), {MODE}; {hardware}")
+    header = ("| case | compile s | enable s | x stock | speedup | efficiency | benchmarks | tune s | tune eff "
+              "| ATen picks | step ms | vs stock | GPU ms | vs stock |")
+    print(header + "\n|" + "---|" * 14)
     for r in rows:
         s = r.get("stats") or {}
-        farm = r["case"] != "stock"
-        print(f"| {r['case']} | {r['compile_s']:.1f} | {r['enable_s']:.1f} | {r['x_stock']:.2f} | "
-              f"{r['speedup']:.2f} | {r['efficiency']:.2f} | " if farm else
-              f"| {r['case']} | {r['compile_s']:.1f} | | 1.00 | | | ", end="")
-        print(f"{s.get('benchmarks', '')} | {s.get('benchmark_seconds', '')} | {r['step_ms']:.3f} | "
-              f"{r['step_vs_stock']:.3f} |")
-    bad = [r["case"] for r in rows if r["step_vs_stock"] > QUALITY]
-    print(f"steady state within {QUALITY:.2f}x of stock: {'yes' if not bad else 'NO: ' + ', '.join(bad)}")
+        picks = r.get("picks") or {}
+        farm = not r["case"].startswith("stock")
+        wall = s.get("benchmark_wall_seconds")
+        cells = [r["case"], f"{r['compile_s']:.1f}", f"{r['enable_s']:.1f}" if farm else "", f"{r['x_stock']:.2f}",
+                 f"{r['speedup']:.2f}" if farm else "", f"{r['efficiency']:.2f}" if farm else "",
+                 str(s.get("benchmarks", "")), f"{wall:.1f}" if wall is not None else "",
+                 f"{r['tune_efficiency']:.2f}" if "tune_efficiency" in r else "",
+                 f"{picks.get('aten', '?')}/{picks.get('decisions', '?')}", f"{r['step_ms']:.3f}",
+                 f"{r['step_vs_stock']:.3f}", f"{r['gpu_ms']:.3f}", f"{r['gpu_vs_stock']:.3f}"]
+        print("| " + " | ".join(cells) + " |")
+    for r in rows:
+        if r.get("later"):
+            print(f"{r['case']}: step ms {r['step_ms']:.3f} right after the compile, "
+                  + ", ".join(f"{v:.3f} {k}" for k, v in r["later"].items())
+                  + f"; {len(r.get('gpu_apps') or [])} processes on the GPUs")
+    if len(stocks) > 1:
+        for k in ("compile_s", "step_ms", "gpu_ms"):
+            vals = [r[k] for r in stocks]
+            print(f"stock's own run-to-run spread of {k}: {max(vals) / min(vals):.3f}x "
+                  f"(stock = the mean of {len(stocks)})")
+    for k, name in (("gpu_vs_stock", "GPU time"), ("step_vs_stock", "wall time")):
+        bad = [r["case"] for r in rows if r[k] > QUALITY]
+        print(f"steady-state {name} within {QUALITY:.2f}x of stock: {'yes' if not bad else 'NO: ' + ', '.join(bad)}")
     same = len({round(r["checksum"], 1) for r in rows}) == 1
     print(f"outputs' checksums agree: {same} ({[round(r['checksum'], 3) for r in rows]})")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"autotune_scaling_{args.label}.json"
-    path.write_text(json.dumps({"model": args.model, "mode": MODE, "hardware": hardware, "rows": rows}, indent=1))
+    path.write_text(json.dumps({"model": args.model, "layers": args.layers, "mode": MODE, "hardware": hardware,
+                                "stock": stock, "rows": rows}, indent=1))
     sys.path.insert(0, str(HERE))
     from plot import bars_png
 

@@ -59,7 +59,9 @@ def fanout_png(result: dict[str, Any], path: pathlib.Path) -> pathlib.Path | Non
     fig, ax = plt.subplots(figsize=(7, 3.2))
     names = [r["mode"] for r in rows]
     walls = [r["wall_s"] for r in rows]
-    bars = ax.barh(names, walls, color=["#999999", "#4c72b0", "#dd8452"][-len(rows):])
+    colors = ["#999999" if n.startswith("serial") else "#4c72b0" if n.startswith("Inductor") else "#dd8452"
+              for n in names]
+    bars = ax.barh(names, walls, color=colors)
     ax.bar_label(bars, fmt="%.2f s", padding=3)
     ax.axvline(result["limit_s"], color="k", linestyle="--", linewidth=1)
     ax.text(result["limit_s"], len(rows) - 0.5, " limit", va="center")

@@ -155,6 +155,13 @@ class GPUPool:
         order (``inf`` for a candidate that failed, crashed its GPU or timed out).
 
         Raises NoGPUError when the cluster has no GPU of ``group``."""
+        t0 = time.monotonic()
+        try:
+            return self._run(work, group)
+        finally:
+            self.stats.add(benchmark_wall_seconds=time.monotonic() - t0)
+
+    def _run(self, work: Sequence[tuple[BenchJob, Payload]], group: str) -> list[Timing]:
         self.start()
         with self._lock:
             members = [a for a in self._actors or [] if a.group == group]

@@ -51,6 +51,7 @@ class Stats:
         # autotuning on GPU actors (orchestrator/gpu_pool.py, wrapper/autotune.py)
         self.benchmarks = 0  # candidates (configs, max-autotune choices) timed on GPU actors
         self.benchmark_seconds = 0.0  # summed over those, as measured on the actors
+        self.benchmark_wall_seconds = 0.0  # the driver's wall time waiting on the actors (their start included)
         self.benchmark_failures = 0  # candidates marked failed (inf): an error, a crashed GPU, a time-out
         self.gpu_restarts = 0  # GPU actors that died under a candidate (and were restarted)
         self.benchmarks_local = 0  # kernels autotuned locally instead (indirect indexing, source unknown)
@@ -112,6 +113,7 @@ class Stats:
                     "bytes_read", "bytes_written", "shared_unavailable", "put_errors")},
                 "benchmarks": self.benchmarks,
                 "benchmark_seconds": round(self.benchmark_seconds, 3),
+                "benchmark_wall_seconds": round(self.benchmark_wall_seconds, 3),
                 "benchmark_failures": self.benchmark_failures,
                 "gpu_restarts": self.gpu_restarts,
                 "benchmarks_local": self.benchmarks_local,

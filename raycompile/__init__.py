@@ -176,7 +176,8 @@ def stats() -> dict[str, Any]:
     """Counters of the current session (or of the last one, after ``disable``): jobs, deduped,
     dedupe_cluster (answered by another driver's compile), fallbacks, failures, compile_seconds,
     nodes (node id -> jobs), workers, the cache counters, and autotuning on GPU actors: benchmarks,
-    benchmark_seconds, gpus (GPU id -> benchmarks), benchmark_failures, benchmarks_local,
+    benchmark_seconds (on the actors), benchmark_wall_seconds (this process waiting on them), gpus
+    (GPU id -> benchmarks), benchmark_failures, benchmarks_local,
     benchmarks_verified (apparent fastest candidates timed again in this process)."""
     session = _session
     if session is not None:

@@ -7,7 +7,7 @@ with every GPU of this machine; each test prints what it measured.
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,16 +22,6 @@ tl = pytest.importorskip("triton.language")
 pytestmark = pytest.mark.gpu
 
 QUALITY = 1.03  # the farm's pick may be at most 3% slower than stock's (issue 7)
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    import ray
-
-    ray.init(num_gpus=torch.cuda.device_count(), include_dashboard=False, log_to_driver=False,
-             namespace="raycompile")
-    yield
-    ray.shutdown()
 
 
 def timed(fn: Callable[[], Any]) -> float:

@@ -4,8 +4,6 @@ Inductor's bitwise, and every Triton compile Inductor asked for went through Ray
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from tinyllama import tiny_llama
@@ -14,15 +12,6 @@ import raycompile
 from raycompile.wrapper import compat
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    import ray
-
-    ray.init(include_dashboard=False, log_to_driver=False, namespace="raycompile")
-    yield
-    ray.shutdown()
 
 
 def llama_step() -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -31,15 +31,6 @@ GOLDEN = pathlib.Path(__file__).parents[1] / "fixtures" / "golden"
 REGEN = os.environ.get("RAYCOMPILE_REGEN_GOLDEN") == "1"
 
 
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    import ray
-
-    ray.init(include_dashboard=False, log_to_driver=False, namespace="raycompile")
-    yield
-    ray.shutdown()
-
-
 @pytest.fixture
 def farm(local_ray: None) -> Iterator[Any]:
     raycompile.enable()
