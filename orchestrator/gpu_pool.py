@@ -3,7 +3,11 @@
 A benchmark is valid only on the GPU model its kernel targets, so jobs go to the actors of one
 group (``GPUPool.run(work, group)``), each actor timing one candidate at a time (two at once on one
 GPU would disturb each other), the next candidate going to whichever actor is free. Actors start
-at the first benchmark (``GPUPool.start``), not at ``enable()``, and are reused for the session.
+lazily, never at ``enable()``: in the background at the session's first GPU kernel compile
+(``GPUPool.prestart``, so they are up while the farm compiles the first candidates), else at the
+first benchmark (``GPUPool.start``), and are reused for the session. Each actor does its one-time
+set-up (CUDA, Inductor's benchmark imports, Triton's driver) while it starts, not inside its first
+candidate's timing job.
 
 Faults: a candidate that crashes its GPU (an illegal address leaves the CUDA context unusable)
 makes its actor process exit (``GPUWorker``); Ray restarts the actor (``max_restarts``), the
@@ -46,6 +50,9 @@ class GPUWorker:
         import ray
 
         gpu: GPUDescription = self.measure.describe()
+        warm = getattr(self.measure, "warm", None)
+        if warm is not None:  # the one-time set-up, while the actor starts
+            warm()
         node_id = ray.get_runtime_context().get_node_id()
         ids = ray.get_gpu_ids()
         index = str(ids[0]) if ids else gpu.index
@@ -97,6 +104,7 @@ class GPUPool:
         self._lock = threading.Lock()  # one start; actors are handed out under it
         self._busy: set[int] = set()  # ids of actors timing a job (runs may overlap: threads)
         self._free = threading.Condition(self._lock)
+        self._prestart: threading.Thread | None = None
 
     @staticmethod
     def cluster_gpus() -> dict[str, int]:
@@ -139,6 +147,27 @@ class GPUPool:
                 actors.append(_Actor(handle, info["gpu"], info["node_id"], info["group"]))
             self._actors = actors
             return self._groups()
+
+    @property
+    def started(self) -> bool:
+        """Whether the actors were started (or the pool closed)."""
+        with self._lock:
+            return self._actors is not None
+
+    def prestart(self) -> None:
+        """Start the actors in the background, once; returns at once. ``start``/``run`` wait for a
+        start in progress (it holds the lock), so nothing starts twice."""
+        with self._lock:
+            if self._actors is not None or self._prestart is not None:
+                return
+            self._prestart = threading.Thread(target=self._start_quietly, name="raycompile-gpu-start", daemon=True)
+            self._prestart.start()
+
+    def _start_quietly(self) -> None:
+        try:
+            self.start()
+        except Exception as e:  # the first benchmark tries again and reports it
+            log.warning("raycompile: starting the GPU workers in the background failed (%s: %s)", type(e).__name__, e)
 
     def _groups(self) -> dict[str, list[str]]:
         groups: dict[str, list[str]] = {}

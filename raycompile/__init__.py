@@ -88,6 +88,8 @@ class _Session:
             from .autotune import AutotuneSession  # benchmarks on the cluster's GPU actors, if it has GPUs
 
             self.autotune = AutotuneSession.start(self.stats, cache, settings, farm)
+            if self.autotune is not None:
+                self.hooks.router.on_triton_job = self.autotune.prestart
         except BaseException:
             self.close()
             raise

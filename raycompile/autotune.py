@@ -63,6 +63,12 @@ class AutotuneSession:
             return None
         return cls(stats, cache, settings)
 
+    def prestart(self) -> None:
+        """Start the GPU actors in the background when this process sends its benchmarks to them
+        (the Router calls this at each GPU kernel compile it sends to the farm; once is enough)."""
+        if self.hooks is not None:
+            self.pool.prestart()
+
     def close(self) -> None:
         if self.hooks is not None:
             self.hooks.uninstall()

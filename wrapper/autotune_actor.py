@@ -11,6 +11,17 @@ from typing import Any
 from . import compat
 
 
+def warm_imports() -> None:
+    """Import what the benchmark jobs use (seconds on a fresh process): done while an actor starts.
+    The modules are those of the names below and in ``compat.SEAMS``."""
+    import importlib
+
+    for module in ("torch._inductor.runtime.benchmarking", "torch._inductor.runtime.triton_heuristics",
+                   "torch._inductor.autotune_process", "torch._inductor.select_algorithm",
+                   "torch._inductor.codecache", "torch._dynamo.testing"):
+        importlib.import_module(module)
+
+
 def rand_strided(shape: Sequence[int], stride: Sequence[int], dtype: Any, device: Any, offset: int = 0) -> Any:
     """An example tensor as Inductor's compile-time autotune makes one."""
     from torch._dynamo.testing import rand_strided as make

@@ -119,6 +119,8 @@ class Router:
         self._stock_submit = stock_submit
         self._warned = False
         self._lock = threading.Lock()
+        # called for each Triton job sent to the farm: the autotune session starts its GPU actors
+        self.on_triton_job: Callable[[], None] | None = None
 
     # Inductor's process pool interface ---------------------------------------------------------
 
@@ -162,6 +164,8 @@ class Router:
             return self._fallback(local, "the Ray cluster is not reachable")
 
         def compile() -> Future[Any]:  # resolves after the entry is in the cache
+            if self.on_triton_job is not None and isinstance(job, TritonJob):
+                self.on_triton_job()
             self.farm.submit(job).add_done_callback(lambda f: self._deliver(f.result(), job, out, local, key))
             return out
 

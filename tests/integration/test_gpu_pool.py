@@ -261,3 +261,43 @@ def test_raycompile_autotune_a_user_kernel(cluster: Any) -> None:
                                                      for c in configs[:-1]]
     assert result.timings[-1][1] == INF and len(result.errors) == 1 and len(result.gpus) == 2
     assert s["benchmarks"] == len(configs) and s["gpu_restarts"] == 1 and len(s["gpus"]) == 2
+
+
+def test_gpu_actors_start_in_the_background_at_the_first_triton_compile(cluster: Any, tmp_path: pathlib.Path) -> None:
+    """Not at ``enable()``, and not inside the first benchmark's wait: the session's GPU actors
+    start in the background when the farm is sent the first GPU kernel to compile, so they are up
+    when the kernel's candidates are timed."""
+    import functools
+
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+    from torch._inductor.runtime.compile_tasks import _worker_compile_triton
+
+    from raycompile.autotune import AutotuneSession
+    from raycompile.orchestrator import Farm
+    from raycompile.wrapper import compat
+    from raycompile.wrapper.hooks import Router, stock_pools
+
+    stats = Stats()
+    cache = Cache.from_settings(str(tmp_path / "cache"), "none", 2**30, stats)
+    session = AutotuneSession(stats, cache, Settings.resolve(), group=A, measure=FakeGPUTiming())
+    try:
+        assert not session.pool.started
+        with Farm(Settings.resolve()) as farm:
+            router = Router(farm, stats, *stock_pools(), cache)
+            router.on_triton_job = session.prestart
+            path = next(p for p in sorted(CORPUS.glob("*.py")) if "@triton.jit" in p.read_text())
+            source = path.read_text()
+            name = next(line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def "))
+            load = functools.partial(_load_triton_kernel_from_source, name, source)
+            started = time.monotonic()
+            done = router.submit(_worker_compile_triton, load, {}, compat.triton_extra_config(source))
+            assert time.monotonic() - started < 5  # the actors' start does not hold up the compile job
+            kernel, _ = done.result(timeout=300)
+            assert farm.stats.jobs == 1 and kernel is not None  # compiled on the farm
+            deadline = time.monotonic() + 120
+            while not session.pool.started and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert session.pool.started and stats.benchmarks == 0  # up before any benchmark asked for them
+            assert sorted(session.pool.groups()) == [A, B] and len(session.pool.groups()[A]) == 2
+    finally:
+        session.close()
