@@ -367,20 +367,10 @@ class GPUTiming:
         return gpu
 
     def warm(self) -> None:
-        """The one-time set-up of a GPU worker, done while it starts: the CUDA context, Inductor's
-        benchmark modules, Triton's driver (it builds its launcher utilities on first use)."""
-        import torch
-
+        """The one-time set-up of a GPU worker, done while it starts (``autotune_actor.warm``)."""
         from ..wrapper import autotune_actor as seams
 
-        seams.warm_imports()
-        torch.empty(1, device=self._device())
-        try:
-            import triton
-
-            triton.runtime.driver.active.utils  # noqa: B018 - builds or loads the driver's utilities
-        except Exception:  # noqa: BLE001 - the first candidate sets it up, or reports the error
-            pass
+        seams.warm(self._device())
 
     def __call__(self, job: BenchJob, payload: Payload) -> float:
         """Milliseconds of ``job``'s candidate; raises what the candidate raised."""

@@ -11,15 +11,25 @@ from typing import Any
 from . import compat
 
 
-def warm_imports() -> None:
-    """Import what the benchmark jobs use (seconds on a fresh process): done while an actor starts.
-    The modules are those of the names below and in ``compat.SEAMS``."""
+def warm(device: Any) -> None:
+    """A GPU worker's one-time set-up, done while it starts: the CUDA context on ``device``, the
+    Inductor modules the benchmark jobs use (seconds on a fresh process; their names are below
+    and in ``compat.SEAMS``), Triton's driver (it builds its launcher utilities on first use)."""
     import importlib
+
+    import torch
 
     for module in ("torch._inductor.runtime.benchmarking", "torch._inductor.runtime.triton_heuristics",
                    "torch._inductor.autotune_process", "torch._inductor.select_algorithm",
                    "torch._inductor.codecache", "torch._dynamo.testing"):
         importlib.import_module(module)
+    torch.empty(1, device=device)
+    try:
+        import triton
+
+        triton.runtime.driver.active.utils  # noqa: B018 - builds or loads the driver's utilities
+    except Exception:  # noqa: BLE001 - the first candidate sets it up, or reports the error
+        pass
 
 
 def rand_strided(shape: Sequence[int], stride: Sequence[int], dtype: Any, device: Any, offset: int = 0) -> Any:
