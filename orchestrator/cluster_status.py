@@ -23,7 +23,7 @@ def collect(settings: Settings) -> dict[str, Any]:
     Raises FarmUnavailableError when nothing answers there."""
     import ray
 
-    from .variants import connect
+    from .farm import connect
 
     settings = dataclasses.replace(settings, address=settings.address or "auto")
     owns = connect(settings)

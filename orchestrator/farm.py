@@ -1,9 +1,10 @@
 """The farm: compile jobs as Ray tasks, with in-flight dedupe, time-outs and a version check.
 
-The only module (with ``connect``) that talks to Ray. Jobs go out as tasks that ask for one CPU
-and never a GPU, spread over the nodes, so CPU-only nodes cross-compile. One dispatcher thread
-waits on every task in flight and resolves each job's ``concurrent.futures.Future`` with a
-``Built`` or ``Failed`` value; it never raises into Inductor's threads.
+The module that talks to Ray (``connect`` joins a cluster, for the farm and the cluster
+commands). Jobs go out as tasks that ask for one CPU and never a GPU, spread over the nodes, so
+CPU-only nodes cross-compile. One dispatcher thread waits on every task in flight and resolves
+each job's ``concurrent.futures.Future`` with a ``Built`` or ``Failed`` value; it never raises
+into Inductor's threads.
 """
 
 from __future__ import annotations
@@ -97,6 +98,31 @@ def _preflight(address: str, timeout: float) -> None:
         raise FarmUnavailableError(address, f"nothing answers there ({e})") from None
 
 
+
+def connect(settings: Settings) -> bool:
+    """Join the cluster at ``settings.address`` (an embedded local Ray when there is none).
+    Returns whether this call connected (so the caller shuts Ray down). Raises
+    FarmUnavailableError when the address does not answer."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = settings.address
+    try:
+        if address:
+            _preflight(address, settings.connect_timeout_s)
+            ray.init(address=address, namespace=settings.namespace, log_to_driver=False,
+                     logging_level=logging.WARNING)
+        else:
+            ray.init(address="local", num_cpus=settings.num_cpus, namespace=settings.namespace,
+                     include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    except FarmUnavailableError:
+        raise
+    except Exception as e:
+        raise FarmUnavailableError(address or "an embedded local Ray", f"{type(e).__name__}: {e}") from e
+    return True
+
+
 class Farm:
     """A connection to a Ray cluster that compiles jobs. Create with ``Farm(settings)``; close it.
 
@@ -140,28 +166,14 @@ class Farm:
     # -- connection --------------------------------------------------------------------------
 
     def _connect(self) -> None:
-        ray, s = self._ray, self.settings
-        address = s.address
+        ray, address = self._ray, self.settings.address
         if ray.is_initialized():
             current = ray.get_runtime_context().gcs_address
             if address and address != "auto" and address.removeprefix("ray://") != current:
                 raise FarmUnavailableError(address, f"this process is already connected to Ray at "
                                                     f"{current}; call ray.shutdown() first")
             return
-        try:
-            if address:
-                _preflight(address, s.connect_timeout_s)
-                ray.init(address=address, namespace=s.namespace, log_to_driver=False,
-                         logging_level=logging.WARNING)
-            else:
-                ray.init(address="local", num_cpus=s.num_cpus, namespace=s.namespace, include_dashboard=False,
-                         log_to_driver=False, logging_level=logging.WARNING)
-                self._owns_ray = True
-        except FarmUnavailableError:
-            raise
-        except Exception as e:
-            raise FarmUnavailableError(address or "an embedded local Ray", f"{type(e).__name__}: {e}") from e
-        self._owns_ray = self._owns_ray or bool(address)
+        self._owns_ray = connect(self.settings)
 
     def _check_nodes(self) -> dict[str, dict[str, Any]]:
         """First contact: probe each alive node; refuse one with another torch or triton."""

@@ -11,36 +11,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import FarmUnavailableError
 from ..precompile import Variant, VariantResult, run_variant
 from ..settings import Settings
-from .farm import GPU_RESOURCE, _preflight
+from .farm import GPU_RESOURCE, connect
 
 log = logging.getLogger("raycompile.precompile")
-
-
-def connect(settings: Settings) -> bool:
-    """Join the cluster at ``settings.address`` (an embedded local Ray when there is none).
-    Returns whether this call connected (so the caller shuts Ray down). Raises
-    FarmUnavailableError when the address does not answer."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    address = settings.address
-    try:
-        if address:
-            _preflight(address, settings.connect_timeout_s)
-            ray.init(address=address, namespace=settings.namespace, log_to_driver=False,
-                     logging_level=logging.WARNING)
-        else:
-            ray.init(address="local", num_cpus=settings.num_cpus, namespace=settings.namespace,
-                     include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-    except FarmUnavailableError:
-        raise
-    except Exception as e:
-        raise FarmUnavailableError(address or "an embedded local Ray", f"{type(e).__name__}: {e}") from e
-    return True
 
 
 def placement(offered: dict[str, float]) -> tuple[dict[str, Any], int]:
