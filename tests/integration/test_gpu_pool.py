@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 from gpu_double import FakeGPUTiming, fake_ms, template_ms
+from templates import triton_mm_choices
 
 import raycompile
 from raycompile.cache import Cache, Entry
@@ -106,23 +107,6 @@ class TestPool:
             pool.run(jobs(CONFIGS[:1]), "Fake C (sm_100)")
 
 
-class Choice:  # what select_algorithm hands the tuning pool: an object with a ``bmreq``
-    def __init__(self, bmreq: Any) -> None:
-        self.bmreq = bmreq
-
-
-def template_choices(tmp_path: pathlib.Path) -> list[Choice]:
-    from torch._inductor.autotune_process import TensorMeta, TritonGPUBenchmarkRequest
-
-    source = next(p for p in sorted(CORPUS.glob("*.py")) if "def triton_mm(" in p.read_text()).read_text()
-    path = tmp_path / "triton_mm.py"
-    path.write_text(source)
-    meta = TensorMeta(device=torch.device("cuda", 0), dtype=torch.float16, sizes=(256, 256), strides=(256, 1),
-                      offset=0, name="buf0")
-    return [Choice(TritonGPUBenchmarkRequest("triton_mm", [meta, meta], meta, [], str(path), "key", num_stages=s,
-                                             num_warps=w)) for s, w in ((4, 4), (2, 8), (2, 4), (3, 4))]
-
-
 def test_max_autotune_choices_go_to_the_gpu_actors(cluster: Any, tmp_path: pathlib.Path) -> None:
     """Inductor's ``benchmark_in_sub_process`` (what select_algorithm calls for Triton template
     choices) reaches the GPU actors while the hooks are installed; stock is restored after."""
@@ -137,7 +121,7 @@ def test_max_autotune_choices_go_to_the_gpu_actors(cluster: Any, tmp_path: pathl
     session = AutotuneSession(stats, cache, Settings.resolve(), group=A, measure=FakeGPUTiming())
     try:
         assert config.autotune_in_subproc is True
-        choices = template_choices(tmp_path)
+        choices = triton_mm_choices(tmp_path, [(4, 4), (2, 8), (2, 4), (3, 4)])
         timings = autotune_process.benchmark_in_sub_process(choices)
         assert [timings[c] for c in choices] == [template_ms(c.bmreq.num_stages, c.bmreq.num_warps) for c in choices]
         assert stats.benchmarks == len(choices) and set(stats.gpus) <= set(session.pool.groups()[A])

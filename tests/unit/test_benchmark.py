@@ -13,6 +13,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from templates import triton_mm_choices
 
 from raycompile.cache import Cache
 from raycompile.cache.winners import WinnerStore, get_winner, put_winner
@@ -211,30 +212,13 @@ def test_candidates_the_actors_cannot_tell_apart_are_all_timed_here() -> None:
     assert set(timed) == {"a", "b"}
 
 
-class _Choice:  # what select_algorithm hands the tuning pool: an object with a ``bmreq``
-    def __init__(self, bmreq: object, description: str) -> None:
-        self.bmreq, self.description = bmreq, description
-
-
-def _template_choices(tmp_path: pathlib.Path, n: int) -> list[_Choice]:
-    from torch._inductor.autotune_process import TensorMeta, TritonGPUBenchmarkRequest
-
-    source = next(p for p in sorted(CORPUS.glob("*.py")) if "def triton_mm(" in p.read_text()).read_text()
-    path = tmp_path / "triton_mm.py"
-    path.write_text(source)
-    meta = TensorMeta(device=torch.device("cuda", 0), dtype=torch.float16, sizes=(256, 256), strides=(256, 1),
-                      offset=0, name="buf0")
-    return [_Choice(TritonGPUBenchmarkRequest("triton_mm", [meta, meta], meta, [], str(path), "key", num_stages=s,
-                                              num_warps=4), f"choice {s}") for s in range(1, n + 1)]
-
-
 def test_max_autotune_choices_are_ranked_on_actors_and_the_fastest_confirmed_here(tmp_path: pathlib.Path) -> None:
     """FarmTuningPool: the actors time every Triton choice; the ones that look fastest are timed
     again in the driver (where Inductor times the ATen choices they compete with), so an actor's
     bias cannot make a Triton choice win that stock Inductor would not pick."""
     from raycompile.wrapper.autotune import FarmTuningPool
 
-    choices = _template_choices(tmp_path, 4)
+    choices = triton_mm_choices(tmp_path, [(s, 4) for s in range(1, 5)])
     on_actors = [0.010, 0.011, 0.030, INF]  # choice 1 looks fastest on its actor
     here = {choices[0]: 0.020, choices[1]: 0.012, choices[2]: 0.031, choices[3]: 0.005}
     sent: list[int] = []
