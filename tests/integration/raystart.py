@@ -1,4 +1,7 @@
-"""A real `ray start --head` cluster for the tests, the way an operator starts one, with its own
+"""Ray clusters for the tests.
+
+``ray_cluster``: several nodes on this machine (``ray.cluster_utils``), this process connected.
+``ray_head``: a real `ray start --head` cluster, the way an operator starts one, with its own
 ports and temp dir (so it never touches another Ray on this machine, nor /tmp/ray's
 "current cluster" file), stopped by terminating the blocking `ray start` process: with --block,
 Ray kills every process it started (and its reaper does if that process dies)."""
@@ -16,6 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 
 def free_port() -> int:
@@ -37,6 +41,25 @@ def _answers(port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+@contextmanager
+def ray_cluster(*nodes: dict[str, Any]) -> Iterator[Any]:
+    """A ``ray.cluster_utils.Cluster``: a head with 1 CPU, and one node per ``nodes`` entry (the
+    arguments of ``add_node``), with this process connected to it until the block ends."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        for args in nodes:
+            cluster.add_node(**args)
+        ray.init(address=cluster.address, log_to_driver=False, namespace="raycompile")
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 from farmrun import compile_fresh, compile_on_farm
-from raystart import RayHead, ray_head
+from raystart import RayHead, ray_cluster, ray_head
 
 from raycompile.kernels import Built, TritonJob, Versions
 from raycompile.kernels.sources import find_kernels
@@ -191,14 +191,8 @@ def test_precompile_runs_a_script_with_the_farm(head: RayHead, tmp_path: pathlib
 
 def test_compile_jobs_go_only_to_nodes_that_lend_compile_slots(corpus: pathlib.Path) -> None:
     """cluster.yaml's raycompile_compile: where the cluster offers it, compile jobs ask for it."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    try:
-        lender = cluster.add_node(num_cpus=1, resources={COMPILE_RESOURCE: 1})
-        ray.init(address=cluster.address, log_to_driver=False, namespace="raycompile")
-        cluster.wait_for_nodes()
+    with ray_cluster({"num_cpus": 1, "resources": {COMPILE_RESOURCE: 1}}) as cluster:
+        (lender,) = cluster.worker_nodes
         sources = [k for k in find_kernels([str(corpus)]) if "triton_heuristics.template" not in k.source][:3]
         with Farm(Settings.resolve(address="auto")) as farm:
             assert farm.workers() == 1 and len(farm.nodes) == 2
@@ -206,6 +200,3 @@ def test_compile_jobs_go_only_to_nodes_that_lend_compile_slots(corpus: pathlib.P
                        [farm.submit(TritonJob(k.name, k.source, Versions.here())) for k in sources]]
         assert all(isinstance(r, Built) for r in results)
         assert {r.node_id for r in results} == {lender.node_id}
-    finally:
-        ray.shutdown()
-        cluster.shutdown()

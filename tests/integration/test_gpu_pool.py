@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 from gpu_double import FakeGPUTiming, fake_ms, template_ms
+from raystart import ray_cluster
 from templates import triton_mm_choices
 
 import raycompile
@@ -33,18 +34,10 @@ CORPUS = pathlib.Path(__file__).parents[1] / "fixtures" / "corpus_torch211" / "k
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    import ray
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    for model in ("A", "A", "B"):
-        c.add_node(num_cpus=1, num_gpus=1, resources={f"{gpu_double.PREFIX}{model}": 1})
-    ray.init(address=c.address, log_to_driver=False, namespace="raycompile")
-    c.wait_for_nodes()
-    gpu_double.register()
-    yield c
-    ray.shutdown()
-    c.shutdown()
+    with ray_cluster(*({"num_cpus": 1, "num_gpus": 1, "resources": {f"{gpu_double.PREFIX}{model}": 1}}
+                       for model in ("A", "A", "B"))) as c:
+        gpu_double.register()
+        yield c
 
 
 @pytest.fixture(scope="class")

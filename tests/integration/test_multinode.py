@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 from farmrun import compile_fresh, compile_on_farm
+from raystart import ray_cluster
 
 from raycompile.kernels import Built, TritonJob, Versions
 from raycompile.kernels.sources import find_kernels
@@ -19,16 +20,9 @@ from raycompile.settings import Settings
 
 @pytest.fixture(scope="module")
 def two_nodes() -> Iterator[object]:
-    import ray
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1, num_gpus=1, resources={"fake_gpu_node": 1})  # a GPU node, minus the GPU
-    ray.init(address=cluster.address, log_to_driver=False, namespace="raycompile")
-    cluster.wait_for_nodes()
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    # a GPU node, minus the GPU
+    with ray_cluster({"num_cpus": 1, "num_gpus": 1, "resources": {"fake_gpu_node": 1}}) as cluster:
+        yield cluster
 
 
 def test_model_compile_jobs_spread_over_both_nodes(two_nodes: object) -> None:

@@ -23,6 +23,7 @@ import pytest
 import torch
 from farmrun import compile_fresh, compile_on_farm
 from faults import WorkerKiller, raylet_of, raylet_pids, sound_entries, wait_for_job
+from raystart import ray_cluster
 
 import raycompile
 from raycompile.cache import Cache, Entry
@@ -34,16 +35,8 @@ SECRET = "reliability-secret"
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
     """A head (1 CPU) and a worker node (1 CPU); tests that remove a node add their own."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    c.add_node(num_cpus=1)
-    ray.init(address=c.address, log_to_driver=False, namespace="raycompile")
-    c.wait_for_nodes()
-    yield c
-    ray.shutdown()
-    c.shutdown()
+    with ray_cluster({"num_cpus": 1}) as c:
+        yield c
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from raystart import ray_cluster
 
 import raycompile
 from raycompile.models import examples
@@ -21,17 +22,10 @@ from raycompile.wrapper import compat
 @pytest.fixture(scope="module")
 def two_nodes() -> Iterator[str]:
     import ray
-    from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
-    ray.init(address=cluster.address, log_to_driver=False, namespace="raycompile")
-    cluster.wait_for_nodes()
-    here = ray.get_runtime_context().get_node_id()
-    other = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != here)
-    yield other
-    ray.shutdown()
-    cluster.shutdown()
+    with ray_cluster({"num_cpus": 1}):
+        here = ray.get_runtime_context().get_node_id()
+        yield next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != here)
 
 
 def compile_model(cache_dir: str, shared: str, threads: int = 0) -> tuple[dict[str, Any], torch.Tensor]:
