@@ -34,7 +34,7 @@ from typing import Any
 from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from autotune_scaling import MODE, QUALITY, build, gpu_profile  # noqa: E402 - the scaling benchmark's models
+from autotune_scaling import MODE, QUALITY, build, feedback_saver, gpu_profile  # noqa: E402 - the scaling benchmark's models
 
 T0 = time.perf_counter()
 
@@ -59,23 +59,16 @@ def is_extern(choice: Any) -> bool:
 @contextlib.contextmanager
 def decisions_recorded(into: dict[str, dict[str, float]]) -> Iterator[None]:
     """Every max-autotune decision's timings (choice label -> ms), keyed by op and input sizes."""
-    from torch._inductor import select_algorithm as sa
 
     def saver(timings: dict[Any, float], name: str, input_nodes: Any, *_: Any) -> None:
         sizes = ",".join("x".join(str(d) for d in n.get_size()) for n in input_nodes)
         into[f"{name}({sizes})"] = {("ATEN " if is_extern(c) else "") + label(c): float(ms)
                                     for c, ms in timings.items()}
 
-    try:
-        sa.add_feedback_saver(saver)
-    except Exception as e:  # an Inductor without the hook: no decisions table
-        say(f"(no select_algorithm feedback hook: {type(e).__name__}: {e})")
-    try:
+    with feedback_saver(saver) as hooked:
+        if not hooked:
+            say("(no select_algorithm feedback hook: no decisions table)")
         yield
-    finally:
-        with contextlib.suppress(Exception):
-            cache = sa.get_algorithm_selector_cache()
-            cache.feedback_saver_fns = [f for f in cache.feedback_saver_fns if f is not saver]
 
 
 @contextlib.contextmanager

@@ -122,10 +122,28 @@ def step_ms(fn: Callable[..., Any], args: tuple[Any, ...], steps: int, rounds: i
 
 
 @contextlib.contextmanager
-def picks_counted(into: dict[str, int]) -> Iterator[None]:
-    """Counts max-autotune decisions and those an ATen choice won (select_algorithm's feedback
-    hook; nothing counted on an Inductor without it)."""
+def feedback_saver(saver: Callable[..., None]) -> Iterator[bool]:
+    """``saver(timings, name, input_nodes, ...)`` called with every max-autotune decision's timings
+    (select_algorithm's feedback hook) inside the block; yields False on an Inductor without it."""
     from torch._inductor import select_algorithm as sa
+
+    try:
+        sa.add_feedback_saver(saver)
+    except Exception:  # noqa: BLE001 - a diagnostic only
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        with contextlib.suppress(Exception):
+            cache = sa.get_algorithm_selector_cache()
+            cache.feedback_saver_fns = [f for f in cache.feedback_saver_fns if f is not saver]
+
+
+@contextlib.contextmanager
+def picks_counted(into: dict[str, int]) -> Iterator[None]:
+    """Counts max-autotune decisions and those an ATen choice won (nothing counted on an Inductor
+    without the feedback hook)."""
 
     def saver(timings: dict[Any, float], *_: Any) -> None:
         if timings:
@@ -133,11 +151,8 @@ def picks_counted(into: dict[str, int]) -> Iterator[None]:
             into["decisions"] = into.get("decisions", 0) + 1
             into["aten"] = into.get("aten", 0) + ("Extern" in type(best).__name__)
 
-    try:
-        sa.add_feedback_saver(saver)
-    except Exception:  # noqa: BLE001 - a diagnostic only
-        pass
-    yield
+    with feedback_saver(saver):
+        yield
 
 
 def child(mode: str, model: str, steps: int, layers: int) -> None:
