@@ -173,6 +173,7 @@ class GPUDescription:
     model: str  # torch.cuda.get_device_name: "NVIDIA H200"
     arch: str  # "sm_90"
     index: str  # the physical GPU index on its node (what Ray assigned), or a stand-in's name
+    uuid: str = ""  # the device's UUID: tells a GPU actor on the driver's own GPU (GPUPool.hold)
 
     @property
     def group(self) -> str:
@@ -188,7 +189,8 @@ def local_gpu(index: int | None = None) -> GPUDescription | None:
         return None
     i = torch.cuda.current_device() if index is None else index
     major, minor = torch.cuda.get_device_capability(i)
-    return GPUDescription(torch.cuda.get_device_name(i), f"sm_{major}{minor}", str(i))
+    uuid = str(getattr(torch.cuda.get_device_properties(i), "uuid", "") or "")
+    return GPUDescription(torch.cuda.get_device_name(i), f"sm_{major}{minor}", str(i), uuid)
 
 
 # --- indirect indexing -------------------------------------------------------------------------

@@ -9,6 +9,15 @@ first benchmark (``GPUPool.start``), and are reused for the session. Each actor 
 set-up (CUDA, Inductor's benchmark imports, Triton's driver) while it starts, not inside its first
 candidate's timing job.
 
+Sharing the driver's GPU: the driver times candidates too (Inductor's ATen choices, the
+confirmation of the actors' fastest), and an actor on the same GPU must not time one at that
+moment, or both timings are disturbed. ``hold(uuid)`` keeps the actors on that GPU (found by the
+device UUID each reports) out of the rotation, after their current job, until it exits.
+
+Where an actor's time goes: with ``RAYCOMPILE_PROFILE_GPU_WORKERS=1`` in the driver's environment
+each actor runs its jobs under cProfile, and ``GPUPool.profile_reports()`` returns each one's
+report (a diagnosis: it slows the actors' Python).
+
 Faults: a candidate that crashes its GPU (an illegal address leaves the CUDA context unusable)
 makes its actor process exit (``GPUWorker``); Ray restarts the actor (``max_restarts``), the
 candidate is marked failed (``inf``) and the other candidates go on. An actor that dies twice in a
@@ -17,11 +26,12 @@ row (its node is gone) is dropped from its group.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,9 +52,14 @@ class GPUWorker:
     """Times candidates on the one GPU Ray gave this process. A plain class; ``GPUPool`` makes it
     an actor with ``num_gpus=1``."""
 
-    def __init__(self, measure: Measure | None = None) -> None:
+    def __init__(self, measure: Measure | None = None, profile: bool = False) -> None:
         self.measure = measure if measure is not None else GPUTiming()
         self.versions = Versions.here()
+        self._profile: Any = None
+        if profile:
+            import cProfile
+
+            self._profile = cProfile.Profile()
 
     def info(self) -> dict[str, Any]:
         import ray
@@ -57,7 +72,7 @@ class GPUWorker:
         ids = ray.get_gpu_ids()
         index = str(ids[0]) if ids else gpu.index
         return {"gpu": f"{node_id[:12]}/{index}", "node_id": node_id, "group": gpu.group, "model": gpu.model,
-                "arch": gpu.arch, "pid": os.getpid()}
+                "arch": gpu.arch, "uuid": gpu.uuid, "pid": os.getpid()}
 
     def bench(self, job: BenchJob, payload: Payload, gpu: str, node_id: str) -> Timing:
         start = time.perf_counter()
@@ -70,12 +85,25 @@ class GPUWorker:
             return done(INF, f"this GPU worker runs torch {v.torch} / triton {v.triton}, the driver runs "
                              f"torch {job.versions.torch} / triton {job.versions.triton}")
         try:
+            if self._profile is not None:
+                return done(float(self._profile.runcall(self.measure, job, payload)))
             return done(float(self.measure(job, payload)))
         except Exception as e:
             if is_sticky(e):  # the CUDA context is gone for good: exit; Ray starts a fresh process
                 log.error("raycompile: %s crashed GPU %s (%s); restarting this GPU worker", job.name, gpu, e)
                 os._exit(1)
             return done(INF, f"{type(e).__name__}: {e}")
+
+    def profile_report(self, top: int = 30) -> str:
+        """The cProfile report of this actor's jobs so far, by cumulative time ("" unless profiled)."""
+        if self._profile is None:
+            return ""
+        import io
+        import pstats
+
+        out = io.StringIO()
+        pstats.Stats(self._profile, stream=out).sort_stats("cumulative").print_stats(top)
+        return out.getvalue()
 
 
 @dataclass
@@ -84,6 +112,7 @@ class _Actor:
     gpu: str
     node_id: str
     group: str
+    uuid: str = ""
     ping: Any = None  # after a death: an ``info`` call that answers once Ray has restarted the actor
     died_at: float = 0.0
 
@@ -103,6 +132,8 @@ class GPUPool:
         self._actors: list[_Actor] | None = None
         self._lock = threading.Lock()  # one start; actors are handed out under it
         self._busy: set[int] = set()  # ids of actors timing a job (runs may overlap: threads)
+        self._held: dict[str, int] = {}  # GPU uuid -> holders (hold): its actors take no job
+        self._here: str | None = None  # this process's GPU uuid ("" without one), found once
         self._free = threading.Condition(self._lock)
         self._prestart: threading.Thread | None = None
 
@@ -129,7 +160,7 @@ class GPUPool:
                     handles.append(remote.options(
                         num_gpus=1, num_cpus=0, max_restarts=-1, max_task_retries=0,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-                    ).remote(self._measure))
+                    ).remote(self._measure, os.environ.get("RAYCOMPILE_PROFILE_GPU_WORKERS") == "1"))
             refs = [h.info.remote() for h in handles]
             ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.start_timeout_s)
             actors = []
@@ -144,7 +175,7 @@ class GPUPool:
                 except Exception as e:
                     log.warning("raycompile: a GPU worker failed to start (%s); leaving it out", e)
                     continue
-                actors.append(_Actor(handle, info["gpu"], info["node_id"], info["group"]))
+                actors.append(_Actor(handle, info["gpu"], info["node_id"], info["group"], info.get("uuid", "")))
             self._actors = actors
             return self._groups()
 
@@ -179,16 +210,19 @@ class GPUPool:
         """GPU group ("NVIDIA H200 (sm_90)") -> the GPU ids of its actors (starts them)."""
         return self.start()
 
-    def run(self, work: Sequence[tuple[BenchJob, Payload]], group: str) -> list[Timing]:
+    def run(self, work: Sequence[tuple[BenchJob, Payload]], group: str, wall: bool = True) -> list[Timing]:
         """Time every (job, payload) on the actors of ``group``; return one Timing per job, in
-        order (``inf`` for a candidate that failed, crashed its GPU or timed out).
+        order (``inf`` for a candidate that failed, crashed its GPU or timed out). ``wall``: count
+        the call's time in ``benchmark_wall_seconds`` (the compile waiting on the actors); a run
+        in the background (``FarmTuningPool.prefetch``) leaves that to whoever waits on it.
 
         Raises NoGPUError when the cluster has no GPU of ``group``."""
         t0 = time.monotonic()
         try:
             return self._run(work, group)
         finally:
-            self.stats.add(benchmark_wall_seconds=time.monotonic() - t0)
+            if wall:
+                self.stats.add(benchmark_wall_seconds=time.monotonic() - t0)
 
     def _run(self, work: Sequence[tuple[BenchJob, Payload]], group: str) -> list[Timing]:
         self.start()
@@ -239,9 +273,48 @@ class GPUPool:
         self._count(out)
         return out
 
-    def runner(self, group: str) -> Callable[[Sequence[tuple[BenchJob, Payload]]], list[Timing]]:
+    def runner(self, group: str, wall: bool = True) -> Callable[[Sequence[tuple[BenchJob, Payload]]], list[Timing]]:
         """``run`` bound to ``group``: what the Inductor hooks call."""
-        return lambda work: self.run(work, group)
+        return lambda work: self.run(work, group, wall)
+
+    @contextlib.contextmanager
+    def hold(self, uuid: str, timeout_s: float | None = None) -> Iterator[None]:
+        """While inside, the actors on the GPU with device UUID ``uuid`` take no job; on entry,
+        wait (at most ``timeout_s``, default ``job_timeout_s``) for the one they are timing.
+        Re-entrant; a no-op for "" or before the actors started."""
+        if not uuid:
+            yield
+            return
+        deadline = time.monotonic() + (self.job_timeout_s if timeout_s is None else timeout_s)
+        with self._lock:
+            self._held[uuid] = self._held.get(uuid, 0) + 1
+            while any(a.uuid == uuid and id(a) in self._busy for a in self._actors or []):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("raycompile: the GPU worker on this process's GPU is still busy after %.0f s; "
+                                "timing here anyway", self.job_timeout_s if timeout_s is None else timeout_s)
+                    break
+                self._free.wait(timeout=min(left, 0.5))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held[uuid] -= 1
+                if not self._held[uuid]:
+                    del self._held[uuid]
+                self._free.notify_all()
+
+    def hold_here(self) -> contextlib.AbstractContextManager[None]:
+        """``hold`` of this process's own GPU (the current CUDA device): for the driver's timings."""
+        if self._here is None:
+            from ..kernels.benchmark import local_gpu
+
+            try:
+                gpu = local_gpu()
+            except Exception:  # CUDA unusable here: nothing to share
+                gpu = None
+            self._here = gpu.uuid if gpu is not None else ""
+        return self.hold(self._here)
 
     # -- actors ------------------------------------------------------------------------------
 
@@ -253,7 +326,7 @@ class GPUPool:
         while True:
             with self._lock:
                 alive = [a for a in members if a in (self._actors or [])]
-                idle = [a for a in alive if id(a) not in self._busy]
+                idle = [a for a in alive if id(a) not in self._busy and a.uuid not in self._held]
             for a in idle:
                 if self._healthy(a):
                     with self._lock:
@@ -323,6 +396,14 @@ class GPUPool:
         for t in timings:
             if t.gpu:  # it reached a GPU worker
                 self.stats.benchmarked(t.gpu, t.seconds, failed=t.ms == INF)
+
+    def profile_reports(self, timeout_s: float = 60.0) -> dict[str, str]:
+        """GPU id -> its actor's cProfile report (``RAYCOMPILE_PROFILE_GPU_WORKERS=1``; else "")."""
+        with self._lock:
+            actors = list(self._actors or [])
+        refs = [a.handle.profile_report.remote() for a in actors]
+        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        return {a.gpu: self._ray.get(r) for a, r in zip(actors, refs) if r in ready}
 
     def close(self) -> None:
         with self._lock:

@@ -44,7 +44,8 @@ class AutotuneSession:
         self.group = group or (here.group if here is not None else None)
         self.hooks: AutotuneHooks | None = None
         if self.group is not None:
-            self.hooks = AutotuneHooks(self.pool.runner(self.group), cache, self.winners, stats)
+            self.hooks = AutotuneHooks(self.pool.runner(self.group), cache, self.winners, stats,
+                                       background=self.pool.runner(self.group, wall=False), hold=self.pool.hold_here)
             self.hooks.install()
 
     @classmethod

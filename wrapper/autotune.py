@@ -23,6 +23,15 @@ with Inductor's own in-process benchmark (``confirm_fastest``) until the fastest
 here (at most ``VERIFY`` per decision; past that the rest are scaled by the here/actor ratio seen).
 The decision is then made, as stock makes it, between timings taken in this process.
 
+Pipelined: a max-autotune decision's Triton choices are sent to the actors as soon as Inductor
+has made them and their precompiles (farm jobs) are done (``prefetch_installed``, at
+``make_precompile_fn``), in the background; the benchmark Inductor asks for later (at once, or when
+the scheduler settles a ``MultiTemplateBuffer``) collects those timings. So the decisions of a
+graph are timed at once, spread over every actor, while lowering goes on. Whenever this process
+times a candidate itself (``benchmarker.benchmark_gpu``: ATen choices, confirmations, epilogue
+fusions), the actors on its own GPU are held out (``driver_timing_held``), so no timing here
+shares the GPU with one on an actor.
+
 The actor-side touch points the benchmark jobs (kernels/benchmark.py) use are in autotune_actor.py. Every Inductor
 name reached here is listed in ``compat.SEAMS`` (checked on torch 2.13.0; 2.11.0 on the GPU
 machine: ``tests/unit/test_compat.py``).
@@ -30,6 +39,7 @@ machine: ``tests/unit/test_compat.py``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import copy
 import functools
@@ -39,6 +49,7 @@ import os
 import pickle
 import statistics
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -67,6 +78,12 @@ NEAR = 0.10
 
 # jobs -> timings, in order: the orchestrator's GPU pool, bound to one GPU group
 Runner = Callable[[Sequence[tuple[Any, Any]]], list[Any]]
+# a context manager factory: while inside, no actor times on this process's GPU (GPUPool.hold_here)
+Hold = Callable[[], contextlib.AbstractContextManager[None]]
+# How long a benchmark waits for its choices' background timings before timing them itself. Each
+# background run is bounded (precompiles by Inductor's precompilation time-out, every actor job
+# by job_timeout_s); this bounds the wait on top of those.
+PREFETCH_WAIT_S = 3600.0
 K = TypeVar("K", bound=Hashable)
 
 
@@ -242,33 +259,96 @@ class FarmTuningPool:
     A choice that failed or crashed its GPU is ``inf``, as in ``TuningProcessPool.target``."""
 
     def __init__(self, run: Runner, cache: Any, stock: Callable[[], Any], stats: Any = None,
-                 here: Callable[[Any], float] | None = None, verify: int = VERIFY) -> None:
+                 here: Callable[[Any], float] | None = None, verify: int = VERIFY,
+                 background: Runner | None = None, wait_s: float = PREFETCH_WAIT_S) -> None:
         self._run, self._cache, self._stock = run, cache, stock
         self._stats, self._here, self._verify = stats, here, verify
+        self._background, self._wait_s = background, wait_s
+        self._lock = threading.Lock()
+        # id(choice) -> (choice, its decision's background timings): choice -> ms
+        self._pending: dict[int, tuple[Any, concurrent.futures.Future[dict[Any, float]]]] = {}
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
-    def benchmark(self, choices: Sequence[Any]) -> dict[Any, float]:
+    def _work(self, choices: Sequence[Any]) -> list[tuple[Any, Any]]:
         from ..kernels import Versions
         from ..kernels.benchmark import BenchJob
 
+        versions = Versions.here()
+        work = []
+        for c in choices:
+            payload, config = template_payload(c, self._cache)
+            work.append((BenchJob(payload.kernel_id, payload.name, 0, config, versions), payload))
+        return work
+
+    def prefetch(self, choices: Sequence[Any], precompile: Callable[[], Any] = lambda: None) -> bool:
+        """Time ``choices``' GPU Triton templates on the actors in the background, once
+        ``precompile()`` (Inductor's wait on their compiles) returns; ``benchmark`` collects them.
+        False (nothing started) without a background runner or such a choice."""
+        ours = [c for c in choices if is_gpu_template_choice(c)]
+        if self._background is None or not ours:
+            return False
+        background = self._background
+
+        def job() -> dict[Any, float]:
+            precompile()
+            failed = [c for c in ours if getattr(c, "failed", False)]  # its precompile failed: inf, not sent
+            ok = [c for c in ours if c not in failed]
+            return {**dict.fromkeys(failed, INF), **dict(zip(ok, (t.ms for t in background(self._work(ok)))))}
+
+        with self._lock:
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="raycompile-prefetch")
+            future = self._executor.submit(job)
+            for c in ours:
+                self._pending[id(c)] = (c, future)
+        return True
+
+    def _take_prefetched(self, choices: Sequence[Any]) -> dict[Any, float]:
+        """The background timings of those of ``choices`` that have them (waited for)."""
+        with self._lock:
+            found = [self._pending.pop(id(c)) for c in choices if self._pending.get(id(c), (None,))[0] is c]
+        futures = {id(f): f for _, f in found}
+        if not futures:
+            return {}
+        t0 = time.monotonic()
+        out: dict[Any, float] = {}
+        try:
+            for future in futures.values():
+                out.update(future.result(timeout=max(0.0, self._wait_s - (time.monotonic() - t0))))
+        except Exception as e:  # timed out, no GPU of this model, Ray gone: the caller times them
+            _warn_local(e)
+            return {}
+        finally:
+            if self._stats is not None:
+                self._stats.add(benchmark_wall_seconds=time.monotonic() - t0)
+        return {c: out[c] for c, _ in found if c in out}
+
+    def benchmark(self, choices: Sequence[Any]) -> dict[Any, float]:
         ours = [c for c in choices if is_gpu_template_choice(c)]
         rest = [c for c in choices if not is_gpu_template_choice(c)]
         timings: dict[Any, float] = {}
         if ours:
-            versions = Versions.here()
-            work = []
-            for c in ours:
-                payload, config = template_payload(c, self._cache)
-                work.append((BenchJob(payload.kernel_id, payload.name, 0, config, versions), payload))
+            actor = self._take_prefetched(ours)
+            missing = [c for c in ours if c not in actor]
             try:
-                results = [t.ms for t in self._run(work)]
+                if missing:
+                    actor.update(zip(missing, (t.ms for t in self._run(self._work(missing)))))
             except Exception as e:  # no GPU of this model in the cluster, or Ray is gone: time them here
                 _warn_local(e)
                 rest = [*ours, *rest]
             else:
-                timings.update(self._confirmed(dict(zip(ours, results))))
+                timings.update(self._confirmed({c: actor[c] for c in ours}))
         if rest:
             timings.update(self._stock().benchmark(rest))
         return {c: timings[c] for c in choices}
+
+    def forget(self) -> None:
+        """Drop background timings nobody collected (decisions Inductor answered from its cache)."""
+        with self._lock:
+            self._pending.clear()
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     def _confirmed(self, actor: dict[Any, float]) -> dict[Any, float]:
         """The actors' timings with the fastest Triton choices timed again here: Inductor compares
@@ -395,6 +475,85 @@ def config_benchmarks_installed(tuner: ConfigTuner) -> Iterator[None]:
         CachingAutotuner.benchmark_all_configs = stock
 
 
+class _SharedPrecompile:
+    """Inductor's precompile wait for one decision, safe to call from two threads (the background
+    prefetch and the benchmark Inductor runs later): the first call runs it, the others wait for
+    it and get its result. Other attributes (``precompile_key``) are the wrapped one's."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn, self._lock = fn, threading.Lock()
+        self._done, self._result = False, None
+
+    def __call__(self) -> Any:
+        with self._lock:
+            if not self._done:
+                self._result, self._done = self._fn(), True
+            return self._result
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_fn", "_lock", "_done", "_result"):  # not set yet (copy, unpickling)
+            raise AttributeError(name)
+        return getattr(self._fn, name)
+
+
+@contextlib.contextmanager
+def prefetch_installed(pool: FarmTuningPool) -> Iterator[None]:
+    """Each max-autotune decision's Triton choices start on the actors as soon as Inductor made its
+    precompile function (``AlgorithmSelectorCache.make_precompile_fn``; Inductor returns a no-op
+    one when every timing is in its cache, and the same one for a decision made again); restored
+    on exit."""
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    stock = AlgorithmSelectorCache.__dict__["make_precompile_fn"]
+    shared: dict[int, tuple[Any, _SharedPrecompile]] = {}
+    lock = threading.Lock()
+
+    def make_precompile_fn(self: Any, choices: Any, *args: Any, **kwargs: Any) -> Any:
+        fn = stock(self, choices, *args, **kwargs)
+        if getattr(fn, "__name__", "") == "no_op":  # every timing is known: nothing will be benchmarked
+            return fn
+        with lock:
+            known = shared.get(id(fn))
+            if known is not None and known[0] is fn:
+                return known[1]
+            wrapped = _SharedPrecompile(fn)
+            shared[id(fn)] = (fn, wrapped)
+        pool.prefetch(list(choices), wrapped)
+        return wrapped
+
+    AlgorithmSelectorCache.make_precompile_fn = make_precompile_fn
+    try:
+        yield
+    finally:
+        AlgorithmSelectorCache.make_precompile_fn = stock
+        pool.forget()
+
+
+@contextlib.contextmanager
+def driver_timing_held(hold: Hold) -> Iterator[None]:
+    """Every GPU timing this process takes (``benchmarker.benchmark_gpu``: Inductor's one entry to
+    timing a kernel) runs inside ``hold()``, which keeps the GPU actors on this process's GPU idle
+    meanwhile; restored on exit."""
+    from torch._inductor.runtime.benchmarking import benchmarker
+
+    had = "benchmark_gpu" in vars(benchmarker)
+    saved = vars(benchmarker).get("benchmark_gpu")
+    stock = benchmarker.benchmark_gpu
+
+    def held_benchmark_gpu(*args: Any, **kwargs: Any) -> Any:
+        with hold():
+            return stock(*args, **kwargs)
+
+    benchmarker.benchmark_gpu = held_benchmark_gpu
+    try:
+        yield
+    finally:
+        if had:
+            benchmarker.benchmark_gpu = saved
+        else:
+            del benchmarker.benchmark_gpu
+
+
 def stock_tuning_pool() -> Callable[[], Any]:
     """Inductor's own tuning pool factory (captured before ``tuning_pool_installed``)."""
     from torch._inductor import autotune_process
@@ -406,12 +565,15 @@ class AutotuneHooks:
     """Installs both seams for one GPU group and registers the winner store with the output
     module's runtime; ``uninstall`` restores stock Inductor exactly."""
 
-    def __init__(self, run: Runner, cache: Any, winners: Any, stats: Any, verify: int | None = None) -> None:
+    def __init__(self, run: Runner, cache: Any, winners: Any, stats: Any, verify: int | None = None,
+                 background: Runner | None = None, hold: Hold | None = None) -> None:
         # the fastest candidates are timed again here where this process has a GPU to time them on
         verify = (VERIFY if _gpu_here() else 0) if verify is None else verify
-        self.pool = FarmTuningPool(run, cache, stock_tuning_pool(), stats, local_template_ms, verify)
+        self.pool = FarmTuningPool(run, cache, stock_tuning_pool(), stats, local_template_ms, verify,
+                                   background=background)
         self.tuner = ConfigTuner(run, cache, winners, stats, local_config_ms, verify)
         self.winners = winners
+        self.hold = hold
         self._stack: contextlib.ExitStack | None = None
         self._lock = threading.Lock()
 
@@ -422,6 +584,9 @@ class AutotuneHooks:
             stack = contextlib.ExitStack()
             stack.enter_context(tuning_pool_installed(self.pool))
             stack.enter_context(config_benchmarks_installed(self.tuner))
+            if self.hold is not None:
+                stack.enter_context(driver_timing_held(self.hold))
+            stack.enter_context(prefetch_installed(self.pool))
             try:
                 from .runtime import winners as runtime_winners
 

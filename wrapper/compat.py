@@ -96,6 +96,8 @@ SEAMS: dict[str, tuple[str, str]] = {
     "CachingAutotuner._reload_kernel": ("torch._inductor.runtime.triton_heuristics", "CachingAutotuner.precompile"),
     "triton_heuristics.user_autotune": ("torch._inductor.runtime.triton_heuristics", "user_autotune"),
     "benchmarker.benchmark_gpu": ("torch._inductor.runtime.benchmarking", "benchmarker.benchmark_gpu"),
+    "AlgorithmSelectorCache.make_precompile_fn": (
+        "torch._inductor.select_algorithm", "AlgorithmSelectorCache.make_precompile_fn"),
     "rand_strided": ("torch._dynamo.testing", "rand_strided"),
     "_set_triton_ptxas_path": ("torch._inductor.runtime.compile_tasks", "_set_triton_ptxas_path"),
 }
@@ -306,6 +308,48 @@ def builder_parts(builder: Any) -> tuple[str, str, list[str], str]:
 
 
 # --- Async compile hooks ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def inductor_ptxas() -> Iterator[str | None]:
+    """This process's Triton uses the ptxas Inductor ships (``_set_triton_ptxas_path``: what each
+    stock compile worker, and stock's own in-process compile, does first) inside the block;
+    yields its path (None: Inductor ships none, or TRITON_PTXAS_PATH was set already).
+
+    The farm's workers compile with that ptxas, and its version is part of Triton's cache key and
+    of the farm's (``kernel_key``): a driver left on Triton's bundled ptxas would key kernels by a
+    ptxas that did not build them, and miss in Triton's cache every cubin the farm published when
+    it loads a kernel itself (a benchmark request). A no-op where torch ships no ptxas (the CPU
+    wheel; torch 2.11+cu130 on the H200 machine). Triton caches the version it read, so that
+    cache is cleared."""
+    from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+
+    before = os.environ.get("TRITON_PTXAS_PATH")
+    _set_triton_ptxas_path()
+    after = os.environ.get("TRITON_PTXAS_PATH")
+    if after == before:
+        yield None
+        return
+    _ptxas_version_changed()
+    try:
+        yield after
+    finally:
+        if os.environ.get("TRITON_PTXAS_PATH") == after:
+            os.environ.pop("TRITON_PTXAS_PATH", None)
+            _ptxas_version_changed()
+
+
+def _ptxas_version_changed() -> None:
+    from ..kernels.triton_compile import ptxas_version
+
+    ptxas_version.cache_clear()
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas_version
+    except ImportError:  # a Triton without the NVIDIA backend: nothing cached
+        return
+    clear = getattr(get_ptxas_version, "cache_clear", None)
+    if clear is not None:
+        clear()
 
 
 def async_compile_class() -> Any:

@@ -248,7 +248,7 @@ class Hooks:
         self.router = router
         self._saved: dict[str, Any] = {}
         self._module_caches: Any = None
-        self._output_module = contextlib.ExitStack()
+        self._installed = contextlib.ExitStack()
 
     def install(self) -> None:
         compat.check()
@@ -275,6 +275,9 @@ class Hooks:
             self._module_caches = compat.remote_module_caches(lambda kind: make_backend(cache, kind))
             self._module_caches.__enter__()
         self._install_output_module()
+        # the farm's workers compile with Inductor's ptxas; so does this process (its Triton
+        # cache lookups then find the cubins they published)
+        self._installed.enter_context(compat.inductor_ptxas())
 
     def _install_output_module(self) -> None:
         """The farm's wrapper codegen (wrapper/codegen.py) for cuda and cpu, and a cache-key tag so
@@ -284,14 +287,14 @@ class Hooks:
         the pool seam is the one path every compile takes, the output module's included."""
         from .codegen import CACHE_KEY_TAG, DEVICES, FarmWrapperCodegen
 
-        self._output_module.enter_context(compat.cache_key_tag(CACHE_KEY_TAG))
-        replaced = self._output_module.enter_context(compat.wrapper_codegen_registered(FarmWrapperCodegen, DEVICES))
+        self._installed.enter_context(compat.cache_key_tag(CACHE_KEY_TAG))
+        replaced = self._installed.enter_context(compat.wrapper_codegen_registered(FarmWrapperCodegen, DEVICES))
         for device in sorted(set(DEVICES) - set(replaced)):
             log.warning("raycompile: %s has its own wrapper codegen (%s); its output modules stay stock",
                         device, compat.wrapper_codegen_for(device))
 
     def uninstall(self) -> None:
-        self._output_module.close()
+        self._installed.close()
         if not self._saved:
             return
         ac = compat.async_compile_class()

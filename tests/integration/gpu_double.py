@@ -46,7 +46,7 @@ class FakeGPUTiming:
         node = ray.get_runtime_context().get_node_id()
         resources = next(n["Resources"] for n in ray.nodes() if n["NodeID"] == node)
         model = next(k.removeprefix(PREFIX) for k in resources if k.startswith(PREFIX))
-        return GPUDescription(f"Fake {model}", "sm_90" if model.startswith("A") else "sm_80", "0")
+        return GPUDescription(f"Fake {model}", "sm_90" if model.startswith("A") else "sm_80", "0", f"GPU-fake-{node}")
 
     def __call__(self, job: BenchJob, payload: Payload) -> float:
         if job.config.get("POISON"):

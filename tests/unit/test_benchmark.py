@@ -8,6 +8,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -321,3 +322,52 @@ def _source_of(kernel: object) -> str:
     found = autotuner_source(kernel)
     assert found is not None
     return found[1]
+
+
+def test_every_timing_in_the_driver_holds_the_actors_on_its_gpu() -> None:
+    """``driver_timing_held``: Inductor's one entry to timing a kernel (``benchmark_gpu``) runs
+    inside the hold, also when it raises (no GPU here); stock is restored exactly after."""
+    import contextlib
+
+    from torch._inductor.runtime.benchmarking import benchmarker
+
+    from raycompile.wrapper.autotune import driver_timing_held
+
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def hold() -> object:
+        events.append("held")
+        try:
+            yield
+        finally:
+            events.append("released")
+
+    assert "benchmark_gpu" not in vars(benchmarker)
+    with driver_timing_held(hold):
+        with contextlib.suppress(Exception):  # this machine has no CUDA: stock raises, inside the hold
+            benchmarker.benchmark_gpu(lambda: None)
+    assert events == ["held", "released"] and "benchmark_gpu" not in vars(benchmarker)
+
+
+def test_a_shared_precompile_runs_once_for_two_threads() -> None:
+    import threading
+
+    from raycompile.wrapper.autotune import _SharedPrecompile
+
+    calls: list[int] = []
+
+    def wait_on_futures() -> dict[str, float]:
+        calls.append(1)
+        time.sleep(0.2)
+        return {"choice": 0.1}
+
+    wait_on_futures.precompile_key = "mm: key"  # type: ignore[attr-defined]
+    shared = _SharedPrecompile(wait_on_futures)
+    results: list[object] = []
+    threads = [threading.Thread(target=lambda: results.append(shared())) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert calls == [1] and results == [{"choice": 0.1}] * 2 and shared.precompile_key == "mm: key"

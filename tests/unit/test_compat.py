@@ -56,3 +56,31 @@ def test_the_cache_key_tag_enters_the_fx_graph_key() -> None:
         tagged = compat.fx_graph_key(gm, args)
     assert tagged != stock and compat.fx_graph_key(gm, args) == stock
     assert torch.compiler.config.cache_key_tag == stock_tag
+
+
+def test_the_driver_compiles_with_the_ptxas_of_the_farm_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``inductor_ptxas``: inside, TRITON_PTXAS_PATH is what Inductor's ``_set_triton_ptxas_path``
+    sets (the farm's workers run it before every compile), and the ptxas version cached for the
+    cache keys is read again; after, both are as before. This CPU build ships no ptxas, so
+    Inductor's function is replaced by one that points at a stand-in script."""
+    import os
+
+    from torch._inductor.runtime import compile_tasks
+
+    from raycompile.kernels import triton_compile
+    from raycompile.wrapper import compat
+
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+    with compat.inductor_ptxas() as path:  # the real one, on a torch that ships none: nothing changes
+        assert path is None and "TRITON_PTXAS_PATH" not in os.environ
+    before = triton_compile.ptxas_version()
+    monkeypatch.setattr(compile_tasks, "_set_triton_ptxas_path",
+                        lambda: os.environ.setdefault("TRITON_PTXAS_PATH", "/opt/inductor/bin/ptxas"))
+    with compat.inductor_ptxas() as path:
+        assert path == os.environ["TRITON_PTXAS_PATH"] == "/opt/inductor/bin/ptxas"
+        assert triton_compile.ptxas_version.cache_info().currsize == 0  # read again with the new ptxas
+    assert "TRITON_PTXAS_PATH" not in os.environ and triton_compile.ptxas_version() == before
+    monkeypatch.setenv("TRITON_PTXAS_PATH", "/usr/local/cuda/bin/ptxas")  # the user's choice stands
+    with compat.inductor_ptxas() as path:
+        assert path is None
+    assert os.environ["TRITON_PTXAS_PATH"] == "/usr/local/cuda/bin/ptxas"
