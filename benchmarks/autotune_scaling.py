@@ -21,11 +21,23 @@ Columns:
   part of the compile that the GPUs do;
 - step ms: steady-state wall ms per step (``--steps`` calls back to back, the median of 5 rounds);
   GPU ms: the GPU kernel time of a step (profiler), which the autotune picks decide and the
-  host's launch speed does not; vs stock = ratio to stock's (goal <= 1.03).
+  host's launch speed does not; vs stock = ratio to stock's (goal <= 1.03). The measuring
+  thread is pinned to one CPU core near GPU 0 (the same core in every case), so that the
+  scheduler's placement of each new process does not decide its launch speed;
   With ``--stock-runs 2`` stock compiles twice (two new processes): its own run-to-run spread under
   max-autotune (its picks come from timings too) is the "stock again" row, and "stock" is the
   mean of the two runs' step times;
 - ATen picks: max-autotune decisions won by an ATen (cuBLAS) choice, of all decisions.
+- same-process step: the farm's compiled model against stock Inductor's compiled in the SAME
+  process after ``disable()`` (a fresh Inductor cache, Inductor's in-memory autotune cache
+  cleared, so stock makes its own picks), rounds of the two alternating, each the median of
+  its rounds: both see the same host, so the ratio is the picks' and the output module's, not
+  the host's mood (across processes, stock's own step time moved 0.94-1.47 ms on the H200s).
+After the table, each farm case's step time again: after 10 s idle, with its GPU actors closed,
+and after ``raycompile.disable()`` (same process), and the threads alive in it.
+``--profile`` (a diagnosis, not for the table: profiling slows the compile): the compile under
+cProfile in the driver and on every GPU actor (``RAYCOMPILE_PROFILE_GPU_WORKERS=1``), the reports
+written to benchmarks/results/autotune_scaling_LABEL_profiles.txt.
 Prints the table; writes JSON to benchmarks/results/autotune_scaling_LABEL.json and a PNG. Runs
 without network (Ray may come from a bundle on PYTHONPATH); needs CUDA (transformers for llama).
 """
@@ -103,9 +115,47 @@ def gpu_profile(fn: Callable[..., Any], args: tuple[Any, ...],
     return sum(r[1] for r in rows), sum(r[2] for r in rows), [(k[:70], ms) for k, ms, _ in rows[:8]]
 
 
+def cpus_near_gpu(index: int = 0) -> list[int]:
+    """The CPU cores on GPU ``index``'s NUMA node (sysfs), or [] when unknown."""
+    import torch
+
+    try:
+        p = torch.cuda.get_device_properties(index)
+        bus = f"{getattr(p, 'pci_domain_id', 0):04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
+        text = pathlib.Path(f"/sys/bus/pci/devices/{bus}/local_cpulist").read_text().strip()
+    except (AssertionError, AttributeError, OSError, RuntimeError):  # no CUDA, no sysfs
+        return []
+    cpus: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return [c for c in cpus if c in os.sched_getaffinity(0)]
+
+
+@contextlib.contextmanager
+def pinned() -> Iterator[int | None]:
+    """This thread on one core near GPU 0 (the last of them) inside the block; yields the core."""
+    near = cpus_near_gpu() or sorted(os.sched_getaffinity(0))
+    saved = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {near[-1]})
+    except OSError:
+        yield None
+        return
+    try:
+        yield near[-1]
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
 def step_ms(fn: Callable[..., Any], args: tuple[Any, ...], steps: int, rounds: int = 5) -> float:
     """Steady-state ms per step: ``steps`` calls back to back between two synchronizes (the
-    throughput a serving or training loop sees), the median of ``rounds``."""
+    throughput a serving or training loop sees), the median of ``rounds``; on a pinned core."""
+    with pinned():
+        return _step_ms(fn, args, steps, rounds)
+
+
+def _step_ms(fn: Callable[..., Any], args: tuple[Any, ...], steps: int, rounds: int) -> float:
     import torch
 
     for _ in range(3):
@@ -155,7 +205,12 @@ def picks_counted(into: dict[str, int]) -> Iterator[None]:
         yield
 
 
-def child(mode: str, model: str, steps: int, layers: int) -> None:
+def child(mode: str, model: str, steps: int, layers: int, profile: bool = False) -> None:
+    import cProfile
+    import io
+    import pstats
+    import threading
+
     import torch
 
     t0 = time.perf_counter()
@@ -167,28 +222,78 @@ def child(mode: str, model: str, steps: int, layers: int) -> None:
     fn, args = build(model, layers)
     compiled = torch.compile(fn, mode=MODE)
     picks: dict[str, int] = {}
+    profiler = cProfile.Profile() if profile else None
     t1 = time.perf_counter()
     with picks_counted(picks):
-        out = compiled(*args)
+        out = profiler.runcall(compiled, *args) if profiler else compiled(*args)
         torch.cuda.synchronize()
     compile_s = time.perf_counter() - t1
+    profiles: dict[str, str] = {}
+    if profiler is not None:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(60)
+        profiles["driver (compile)"] = text.getvalue()
     wall = step_ms(compiled, args, steps)
     gpu_ms, kernels, top = gpu_profile(compiled, args)
     apps = gpu_apps()
     stats: dict[str, Any] = {}
     later: dict[str, float] = {}
+    threads = sorted(t.name for t in threading.enumerate())
     if mode == "farm":
         import raycompile
 
         stats = raycompile.stats()
+        tuning = getattr(raycompile._session, "autotune", None)
+        if profile and tuning is not None:
+            profiles.update({f"GPU actor {gpu}": text for gpu, text in tuning.pool.profile_reports().items()})
         time.sleep(10)  # whatever the farm left running has had time to end
         later["idle_10s"] = step_ms(compiled, args, steps)
+        if tuning is not None:
+            tuning.pool.close()  # the GPU actors gone (one shared this GPU); Ray still connected
+            time.sleep(2)
+            later["actors_closed"] = step_ms(compiled, args, steps)
         raycompile.disable()
         later["disabled"] = step_ms(compiled, args, steps)
+        same = same_process_vs_stock(fn, args, compiled, steps)
+    else:
+        same = {}
     print("RESULT " + json.dumps({"enable_s": enable_s, "compile_s": compile_s, "step_ms": wall,
                                   "gpu_ms": gpu_ms, "kernels": kernels, "top": top, "later": later,
-                                  "gpu_apps": apps,
+                                  "gpu_apps": apps, "threads": threads, "profiles": profiles, "same": same,
                                   "checksum": float(out.float().sum()), "stats": stats, "picks": picks}))
+
+
+def same_process_vs_stock(fn: Callable[..., Any], args: tuple[Any, ...], farm: Callable[..., Any], steps: int,
+                          rounds: int = 7) -> dict[str, Any]:
+    """Stock Inductor compiled in this process (the farm disabled), and step times of the farm's
+    and stock's compiled model in alternating rounds: {farm_ms, stock_ms, ratio, gpu ratio}."""
+    import types
+
+    import torch
+    from torch._inductor import select_algorithm
+    from torch._inductor.utils import fresh_cache
+
+    # a new code object: Dynamo's cache lives on the code, and the farm's compiled graph is there
+    code = fn.__code__.replace(co_name=f"{fn.__code__.co_name}_stock")
+    twin = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+    select_algorithm._ALGORITHM_SELECTOR_CACHE = None  # stock times its own choices
+    t0 = time.perf_counter()
+    with fresh_cache():
+        stock = torch.compile(twin, mode=MODE)
+        stock(*args)
+        torch.cuda.synchronize()
+    compile_s = time.perf_counter() - t0
+    farm_ms, stock_ms = [], []
+    with pinned():
+        for _ in range(3):
+            farm(*args), stock(*args)
+        for _ in range(rounds):
+            farm_ms.append(_step_ms(farm, args, steps, 1))
+            stock_ms.append(_step_ms(stock, args, steps, 1))
+    f, s = statistics.median(farm_ms), statistics.median(stock_ms)
+    farm_gpu, stock_gpu = gpu_profile(farm, args)[0], gpu_profile(stock, args)[0]
+    return {"farm_ms": f, "stock_ms": s, "ratio": f / s, "farm_gpu_ms": farm_gpu, "stock_gpu_ms": stock_gpu,
+            "gpu_ratio": farm_gpu / stock_gpu, "stock_compile_s": compile_s}
 
 
 def gpu_apps() -> list[str]:
@@ -208,10 +313,13 @@ def fresh_caches(prefix: str) -> dict[str, str]:
             "RAYCOMPILE_CACHE_DIR": str(work / "raycompile"), "RAYCOMPILE_SHARED_CACHE": "none"}
 
 
-def run_child(mode: str, model: str, steps: int, layers: int, env: dict[str, str]) -> dict[str, Any]:
+def run_child(mode: str, model: str, steps: int, layers: int, env: dict[str, str],
+              profile: bool = False) -> dict[str, Any]:
     fresh = fresh_caches(mode)
+    if profile:
+        env = {**env, "RAYCOMPILE_PROFILE_GPU_WORKERS": "1"}
     proc = subprocess.run([sys.executable, __file__, "--child", mode, "--model", model, "--steps", str(steps),
-                           "--layers", str(layers)],
+                           "--layers", str(layers), *(["--profile"] if profile else [])],
                           capture_output=True, text=True, env={**os.environ, **fresh, **env}, timeout=3600,
                           check=False)
     for line in proc.stdout.splitlines():
@@ -276,10 +384,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--stock-runs", type=int, default=2, choices=[1, 2])
     p.add_argument("--label", default="local")
+    p.add_argument("--profile", action="store_true", help="cProfile the driver's compile and the GPU actors")
     p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     args = p.parse_args()
     if args.child:
-        return child(args.child, args.model, args.steps, args.layers)
+        return child(args.child, args.model, args.steps, args.layers, args.profile)
     import torch
 
     if not torch.cuda.is_available():
@@ -293,7 +402,7 @@ def main() -> None:
     for i in range(args.stock_runs):
         print(f"stock, {MODE}, 1 GPU (run {i + 1}) ...", flush=True)
         rows.append({"case": "stock" if i == 0 else "stock again", "gpus": 1, "nodes": 0,
-                     **run_child("stock", args.model, args.steps, args.layers, env)})
+                     **run_child("stock", args.model, args.steps, args.layers, env, args.profile)})
     for n in wanted:
         nodes = min(args.nodes, n)
         cluster = start_cluster(n, nodes)
@@ -302,7 +411,8 @@ def main() -> None:
             if len(set(uuids)) != n:
                 print(f"WARNING: the {n} GPU slots map to {len(set(uuids))} physical GPUs: {uuids}")
             print(f"farm, {n} GPU(s) on {nodes} node(s) ...", flush=True)
-            result = run_child("farm", args.model, args.steps, args.layers, {**env, "RAY_ADDRESS": cluster.address})
+            result = run_child("farm", args.model, args.steps, args.layers, {**env, "RAY_ADDRESS": cluster.address},
+                               args.profile)
         finally:
             cluster.shutdown()
         rows.append({"case": f"farm {n} GPU", "gpus": n, "nodes": nodes, "physical_gpus": len(set(uuids)), **result})
@@ -341,21 +451,37 @@ def main() -> None:
         if r.get("later"):
             print(f"{r['case']}: step ms {r['step_ms']:.3f} right after the compile, "
                   + ", ".join(f"{v:.3f} {k}" for k, v in r["later"].items())
-                  + f"; {len(r.get('gpu_apps') or [])} processes on the GPUs")
+                  + f"; {len(r.get('gpu_apps') or [])} processes on the GPUs; threads: {r.get('threads')}")
+    for r in rows:
+        same = r.get("same") or {}
+        if same:
+            print(f"{r['case']}, same process, alternating rounds: farm {same['farm_ms']:.3f} ms, stock "
+                  f"{same['stock_ms']:.3f} ms per step ({same['ratio']:.3f}x); GPU {same['farm_gpu_ms']:.3f} "
+                  f"vs {same['stock_gpu_ms']:.3f} ms ({same['gpu_ratio']:.3f}x)")
     if len(stocks) > 1:
         for k in ("compile_s", "step_ms", "gpu_ms"):
             vals = [r[k] for r in stocks]
             print(f"stock's own run-to-run spread of {k}: {max(vals) / min(vals):.3f}x "
                   f"(stock = the mean of {len(stocks)})")
-    for k, name in (("gpu_vs_stock", "GPU time"), ("step_vs_stock", "wall time")):
+    for k, name in (("gpu_vs_stock", "GPU time"), ("step_vs_stock", "wall time, across processes")):
         bad = [r["case"] for r in rows if r[k] > QUALITY]
         print(f"steady-state {name} within {QUALITY:.2f}x of stock: {'yes' if not bad else 'NO: ' + ', '.join(bad)}")
+    sames = [r for r in rows if r.get("same")]
+    if sames:
+        bad = [r["case"] for r in sames if r["same"]["ratio"] > QUALITY]
+        print(f"steady-state wall time within {QUALITY:.2f}x of stock in the same process: "
+              f"{'yes' if not bad else 'NO: ' + ', '.join(bad)}")
     same = len({round(r["checksum"], 1) for r in rows}) == 1
     print(f"outputs' checksums agree: {same} ({[round(r['checksum'], 3) for r in rows]})")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"autotune_scaling_{args.label}.json"
     path.write_text(json.dumps({"model": args.model, "layers": args.layers, "mode": MODE, "hardware": hardware,
                                 "stock": stock, "rows": rows}, indent=1))
+    if args.profile:
+        reports = args.out / f"autotune_scaling_{args.label}_profiles.txt"
+        reports.write_text("".join(f"===== {r['case']}: {who} =====\n{text}\n" for r in rows
+                                   for who, text in (r.get("profiles") or {}).items()))
+        print(f"wrote {reports}")
     sys.path.insert(0, str(HERE))
     from plot import bars_png
 
