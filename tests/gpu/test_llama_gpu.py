@@ -99,6 +99,9 @@ def test_two_devices_share_triton_entries(local_ray: None, tmp_path: object) -> 
             return torch.compile(model)(x)
 
     stock1 = fresh(model1, x1)
+    # each compile picks among a kernel's configs by timing them at its first run: when stock
+    # itself differs run to run, that choice decides the bits and the comparison can only be close
+    stock_again = fresh(model1, x1)
     outs, stats = [], []
     for model, x in ((model0, x0), (model1, x1)):
         raycompile.enable(cache_dir=str(tmp_path), autotune=False)  # bitwise vs stock
@@ -111,6 +114,10 @@ def test_two_devices_share_triton_entries(local_ray: None, tmp_path: object) -> 
           f"{stats[1]['local_hits']} cache hits")
     assert stats[0]["jobs"] > 0 and stats[1]["jobs"] == 0 and stats[1]["local_hits"] >= stats[0]["jobs"]
     assert outs[1].device == torch.device("cuda:1")
-    assert torch.equal(outs[1], stock1)  # bitwise what stock Inductor gives on that device
+    if torch.equal(stock1, stock_again):
+        assert torch.equal(outs[1], stock1)  # bitwise what stock Inductor gives on that device
+    else:
+        print("stock differs from itself run to run on cuda:1: compared closely, not bitwise")
+        torch.testing.assert_close(outs[1], stock1)
     # each device autotunes its kernels' configs at the first run, so across devices only close
     torch.testing.assert_close(outs[0].cpu(), outs[1].cpu())
