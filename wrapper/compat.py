@@ -77,7 +77,7 @@ SEAMS: dict[str, tuple[str, str]] = {
     "CodeCacheFuture": ("torch._inductor.codecache", "CodeCacheFuture"),
     "LambdaFuture.future": ("torch._inductor.codecache", "LambdaFuture.__init__"),
     "PyCodeCache.modules": ("torch._inductor.codecache", "PyCodeCache.modules"),
-    # autotuning on GPU actors (wrapper/autotune.py). Checked on 2.13.0; 2.11.0: to check
+    # autotuning on GPU actors (wrapper/autotune.py, autotune_seams.py). Checked on 2.13.0 and 2.11.0
     "autotune_process.get_tuning_process_pool": ("torch._inductor.autotune_process", "get_tuning_process_pool"),
     "autotune_process.benchmark_in_sub_process": ("torch._inductor.autotune_process", "benchmark_in_sub_process"),
     "TritonGPUBenchmarkRequest": ("torch._inductor.autotune_process", "TritonGPUBenchmarkRequest"),

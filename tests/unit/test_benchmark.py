@@ -331,7 +331,7 @@ def test_every_timing_in_the_driver_holds_the_actors_on_its_gpu() -> None:
 
     from torch._inductor.runtime.benchmarking import benchmarker
 
-    from raycompile.wrapper.autotune import driver_timing_held
+    from raycompile.wrapper.autotune_seams import driver_timing_held
 
     events: list[str] = []
 
@@ -353,7 +353,7 @@ def test_every_timing_in_the_driver_holds_the_actors_on_its_gpu() -> None:
 def test_a_shared_precompile_runs_once_for_two_threads() -> None:
     import threading
 
-    from raycompile.wrapper.autotune import _SharedPrecompile
+    from raycompile.wrapper.autotune_seams import SharedPrecompile
 
     calls: list[int] = []
 
@@ -363,7 +363,7 @@ def test_a_shared_precompile_runs_once_for_two_threads() -> None:
         return {"choice": 0.1}
 
     wait_on_futures.precompile_key = "mm: key"  # type: ignore[attr-defined]
-    shared = _SharedPrecompile(wait_on_futures)
+    shared = SharedPrecompile(wait_on_futures)
     results: list[object] = []
     threads = [threading.Thread(target=lambda: results.append(shared())) for _ in range(2)]
     for t in threads:
