@@ -34,7 +34,7 @@ from typing import Any
 from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from autotune_scaling import MODE, QUALITY, build, feedback_saver, gpu_profile  # noqa: E402 - the scaling benchmark's models
+from gpu_steps import MODE, QUALITY, build, feedback_saver, gpu_profile  # noqa: E402 - the scaling benchmark's models
 
 T0 = time.perf_counter()
 
