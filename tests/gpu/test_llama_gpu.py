@@ -81,7 +81,10 @@ def test_max_autotune_template_precompiles_go_to_the_farm(local_ray: None) -> No
 
 def test_two_devices_share_triton_entries(local_ray: None, tmp_path: object) -> None:
     """Rank 0 on cuda:0 compiles; rank 1 on cuda:1 gets every Triton kernel from the cache (the
-    device index is not in the key; the loaded autotuner is pointed at cuda:1) and matches stock."""
+    device index is not in the key; the loaded autotuner is pointed at cuda:1), with the config
+    winners rank 0 timed (the kernel's ``.best_config``, read through its autotune cache): the same
+    kernels and configs as rank 0 on the same GPU model, so rank 0's bits; and close to stock's on
+    cuda:1, which times its own configs (bitwise where it picks the same ones)."""
     from raycompile.models import TransformerBlock
 
     if torch.cuda.device_count() < 2:
@@ -99,9 +102,6 @@ def test_two_devices_share_triton_entries(local_ray: None, tmp_path: object) -> 
             return torch.compile(model)(x)
 
     stock1 = fresh(model1, x1)
-    # each compile picks among a kernel's configs by timing them at its first run: when stock
-    # itself differs run to run, that choice decides the bits and the comparison can only be close
-    stock_again = fresh(model1, x1)
     outs, stats = [], []
     for model, x in ((model0, x0), (model1, x1)):
         raycompile.enable(cache_dir=str(tmp_path), autotune=False)  # bitwise vs stock
@@ -114,10 +114,8 @@ def test_two_devices_share_triton_entries(local_ray: None, tmp_path: object) -> 
           f"{stats[1]['local_hits']} cache hits")
     assert stats[0]["jobs"] > 0 and stats[1]["jobs"] == 0 and stats[1]["local_hits"] >= stats[0]["jobs"]
     assert outs[1].device == torch.device("cuda:1")
-    if torch.equal(stock1, stock_again):
-        assert torch.equal(outs[1], stock1)  # bitwise what stock Inductor gives on that device
-    else:
-        print("stock differs from itself run to run on cuda:1: compared closely, not bitwise")
-        torch.testing.assert_close(outs[1], stock1)
-    # each device autotunes its kernels' configs at the first run, so across devices only close
-    torch.testing.assert_close(outs[0].cpu(), outs[1].cpu())
+    assert torch.equal(outs[1].cpu(), outs[0].cpu())  # rank 0's kernels and winners, rank 0's bits
+    # stock on cuda:1 picks among each kernel's configs by its own timing at its first run: the
+    # same bits where it picked what rank 0 picked (2026-11-23: 1 run of 3), else close
+    print(f"rank 1 bitwise equal to stock on cuda:1: {torch.equal(outs[1], stock1)}")
+    torch.testing.assert_close(outs[1], stock1)
