@@ -166,6 +166,7 @@ class Timing:
     gpu: str = ""
     node_id: str = ""
     pid: int = 0
+    started: float = 0.0  # epoch seconds on the actor when the job began (0: it never reached one)
 
 
 @dataclass(frozen=True)

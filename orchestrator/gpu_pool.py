@@ -75,10 +75,10 @@ class GPUWorker:
                 "arch": gpu.arch, "uuid": gpu.uuid, "pid": os.getpid()}
 
     def bench(self, job: BenchJob, payload: Payload, gpu: str, node_id: str) -> Timing:
-        start = time.perf_counter()
+        start, began = time.perf_counter(), time.time()
 
         def done(ms: float, error: str = "") -> Timing:
-            return Timing(job.index, ms, error, time.perf_counter() - start, gpu, node_id, os.getpid())
+            return Timing(job.index, ms, error, time.perf_counter() - start, gpu, node_id, os.getpid(), began)
 
         if job.versions != self.versions:
             v = self.versions
@@ -270,7 +270,7 @@ class GPUPool:
                                         seconds=self.job_timeout_s, gpu=actor.gpu, node_id=actor.node_id)
                     self._give(actor)
         out = [t if t is not None else Timing(work[i][0].index, INF, "not run") for i, t in enumerate(results)]
-        self._count(out)
+        self._count(work, out)
         return out
 
     def runner(self, group: str, wall: bool = True) -> Callable[[Sequence[tuple[BenchJob, Payload]]], list[Timing]]:
@@ -392,10 +392,11 @@ class GPUPool:
             return Timing(job.index, INF, f"the GPU worker died ({type(e).__name__}): the candidate crashed its GPU",
                           gpu=actor.gpu, node_id=actor.node_id)
 
-    def _count(self, timings: list[Timing]) -> None:
-        for t in timings:
+    def _count(self, work: Sequence[tuple[BenchJob, Payload]], timings: list[Timing]) -> None:
+        for (job, _), t in zip(work, timings):
             if t.gpu:  # it reached a GPU worker
-                self.stats.benchmarked(t.gpu, t.seconds, failed=t.ms == INF)
+                self.stats.benchmarked(t.gpu, t.seconds, failed=t.ms == INF, label=f"benchmark {job.name}",
+                                       node_id=t.node_id, pid=t.pid, started=t.started)
 
     def profile_reports(self, timeout_s: float = 60.0) -> dict[str, str]:
         """GPU id -> its actor's cProfile report (``RAYCOMPILE_PROFILE_GPU_WORKERS=1``; else "")."""

@@ -12,8 +12,10 @@ from .stats import JobRecord
 
 
 def summary(stats: Mapping[str, Any], records: list[JobRecord], node_names: Mapping[str, str] | None = None) -> str:
-    """Jobs, cache hits per tier, dedupes, failures, seconds per node, the 10 slowest kernels."""
+    """Jobs, cache hits per tier, dedupes, failures, seconds per node, the 10 slowest kernels, and
+    autotuning on GPU actors when there was any."""
     names = node_names or {}
+    records = [r for r in records if not r.is_benchmark]  # compile jobs; benchmarks have their lines
     per_node: dict[str, list[float]] = defaultdict(list)
     for r in records:
         if r.node_id:
@@ -35,7 +37,26 @@ def summary(stats: Mapping[str, Any], records: list[JobRecord], node_names: Mapp
         lines.append("  slowest kernels:")
         for r in slow:
             lines.append(f"    {r.seconds:>7.2f} s  {r.outcome:<10} {r.label[:90]}")
+    lines.extend(autotune_lines(stats))
     return "\n".join(lines)
+
+
+def autotune_lines(stats: Mapping[str, Any]) -> list[str]:
+    """Candidates timed on GPU actors, where, how long, and what the driver did itself ([] if none)."""
+    gpus = stats.get("gpus") or {}
+    local, cached = stats.get("benchmarks_local", 0), stats.get("autotune_cached", 0)
+    if not (stats.get("benchmarks") or local or cached):
+        return []
+    lines = [
+        f"  autotune: {stats.get('benchmarks', 0)} candidates on {len(gpus)} GPU(s), "
+        f"{stats.get('benchmark_seconds', 0.0):.1f} s on the actors, the compile waited "
+        f"{stats.get('benchmark_wall_seconds', 0.0):.1f} s; {stats.get('benchmarks_verified', 0)} timed again here",
+        f"    failed {stats.get('benchmark_failures', 0)}   GPU restarts {stats.get('gpu_restarts', 0)}   "
+        f"kernels tuned locally {local}   winners from the cache {cached}",
+    ]
+    if gpus:
+        lines.append("    " + "   ".join(f"{gpu}: {n}" for gpu, n in sorted(gpus.items())))
+    return lines
 
 
 def chrome_trace(records: list[JobRecord], node_names: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -48,8 +69,9 @@ def chrome_trace(records: list[JobRecord], node_names: Mapping[str, str] | None 
         label = f"node {node[:12]}" + (f" ({names[node]})" if node in names else "")
         events.append({"name": "process_name", "ph": "M", "pid": pid_of[node], "args": {"name": label}})
     for node, pid in sorted({(r.node_id or "local", r.pid) for r in records}):
+        gpu = any(r.is_benchmark for r in records if (r.node_id or "local", r.pid) == (node, pid))
         events.append({"name": "thread_name", "ph": "M", "pid": pid_of[node], "tid": pid,
-                       "args": {"name": f"worker {pid}"}})
+                       "args": {"name": f"{'GPU worker' if gpu else 'worker'} {pid}"}})
     t0 = min((r.started for r in records if r.started), default=0.0)
     for r in records:
         events.append({

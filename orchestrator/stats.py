@@ -18,7 +18,14 @@ class JobRecord:
     pid: int
     started: float  # epoch seconds on the worker; 0 when the job never ran (infrastructure)
     seconds: float
-    outcome: str  # "compiled" | "failed" | "timeout" | "version" | "infrastructure"
+    outcome: str  # "compiled" | "failed" | "timeout" | "version" | "infrastructure" | BENCHMARKED | BENCHMARK_FAILED
+
+    @property
+    def is_benchmark(self) -> bool:
+        return self.outcome in (BENCHMARKED, BENCHMARK_FAILED)
+
+
+BENCHMARKED, BENCHMARK_FAILED = "benchmarked", "benchmark failed"  # a candidate timed on a GPU actor
 
 
 class Stats:
@@ -83,13 +90,17 @@ class Stats:
             self.records.append(JobRecord(result.label, result.node_id, result.pid, result.started,
                                           result.seconds, outcome))
 
-    def benchmarked(self, gpu: str, seconds: float, failed: bool) -> None:
-        """Count one candidate timed on GPU actor ``gpu``."""
+    def benchmarked(self, gpu: str, seconds: float, failed: bool, label: str = "", node_id: str = "", pid: int = 0,
+                    started: float = 0.0) -> None:
+        """Count one candidate timed on GPU actor ``gpu`` (and record it for the trace)."""
         with self._lock:
             self.benchmarks += 1
             self.benchmark_seconds += seconds
             self.benchmark_failures += int(failed)
             self.gpus[gpu] += 1
+            if label:
+                self.records.append(JobRecord(label, node_id, pid, started, seconds,
+                                              BENCHMARK_FAILED if failed else BENCHMARKED))
 
     def job_records(self) -> list[JobRecord]:
         with self._lock:

@@ -81,6 +81,28 @@ class TestPool:
               f"per GPU {ran}")
 
 
+    def test_each_candidate_is_in_the_report_and_on_its_gpu_workers_track(self, pool: GPUPool) -> None:
+        """What the operator sees: every candidate a slice on the trace track of the actor that
+        timed it, and the summary's autotune lines; the compile-job lines leave benchmarks out."""
+        from raycompile.orchestrator.report import chrome_trace, summary
+
+        before = len(pool.stats.job_records())
+        t0 = time.time()
+        timings = pool.run(jobs(CONFIGS[:6], "triton_poi_traced_0"), A)
+        records = pool.stats.job_records()[before:]
+        assert [r.label for r in records if r.is_benchmark] == [f"benchmark {j.name}" for j, _ in
+                                                               jobs(CONFIGS[:6], "triton_poi_traced_0")]
+        assert {(r.node_id, r.pid) for r in records} == {(t.node_id, t.pid) for t in timings}
+        assert all(r.started >= t0 - 1 and r.seconds >= 0.2 for r in records)  # the double's 0.2 s each
+        events = chrome_trace(records)["traceEvents"]
+        tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+        assert tracks == {f"GPU worker {t.pid}" for t in timings}
+        assert sum(e["ph"] == "X" and e["name"].startswith("benchmark triton_poi_traced_0") for e in events) == 6
+        text = summary(pool.stats.snapshot(), pool.stats.job_records())
+        gpus = len(pool.stats.gpus)
+        assert f"autotune: {pool.stats.benchmarks} candidates on {gpus} GPU(s)" in text
+        assert "slowest kernels" not in text  # no compile job ran: the benchmarks are not listed as ones
+
     def test_a_config_that_crashes_its_gpu_takes_down_only_its_actor(self, pool: GPUPool) -> None:
         configs = [*CONFIGS[:4], {"XBLOCK": 64, "num_warps": 4, "num_stages": 1, "POISON": 1}, *CONFIGS[4:8]]
         restarts = pool.stats.gpu_restarts
