@@ -330,7 +330,7 @@ class GPUPool:
             for a in idle:
                 if self._healthy(a):
                     with self._lock:
-                        if id(a) not in self._busy:
+                        if id(a) not in self._busy and a.uuid not in self._held:  # held meanwhile: skip
                             self._busy.add(id(a))
                             return a
             if not block or not alive:
