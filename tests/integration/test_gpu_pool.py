@@ -132,6 +132,7 @@ class TestPool:
         has, takes no other while held, and takes jobs again after."""
         import threading
 
+        pool.start()
         actors = [a for a in pool._actors or [] if a.group == A]
         held, other = actors
         assert held.uuid and held.uuid != other.uuid  # each actor reports its GPU's UUID
