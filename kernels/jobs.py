@@ -31,6 +31,25 @@ class Versions:
             triton_version = "none"
         return cls(torch=torch.__version__, triton=triton_version)
 
+    @classmethod
+    def installed(cls) -> Versions:
+        """The versions of the torch and triton installed here, read from their package metadata
+        without importing them (importing torch takes seconds on a fresh process): what the
+        first-contact probe compares, on the driver and on every node alike. Falls back to
+        ``here()`` when torch has no package metadata (a source tree on the path)."""
+        from importlib import metadata
+
+        try:
+            torch_version = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            return cls.here()
+        for dist in ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu"):
+            try:
+                return cls(torch=torch_version, triton=metadata.version(dist))
+            except metadata.PackageNotFoundError:
+                continue
+        return cls(torch=torch_version, triton="none")
+
 
 @dataclass(frozen=True)
 class TritonJob:

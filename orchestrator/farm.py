@@ -48,8 +48,17 @@ def _execute(job: Job) -> Result:
     return replace(result, node_id=ray.get_runtime_context().get_node_id(), pid=os.getpid(), started=started)
 
 
+def _probe_versions() -> dict[str, Any]:
+    """Runs once on each node at ``enable()``: its installed torch and triton, read without
+    importing them, so first contact costs a worker's start, not an ``import torch``."""
+    import ray
+
+    return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname(),
+            "versions": Versions.installed()}
+
+
 def _probe() -> dict[str, Any]:
-    """Runs once on each node at first contact: what toolchain and hardware it has."""
+    """Runs on each node for ``raycompile status``: what toolchain and hardware it has."""
     import ray
     import torch
 
@@ -181,7 +190,7 @@ class Farm:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
-        probe = ray.remote(_probe)
+        probe = ray.remote(_probe_versions)
         refs = [
             probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
             for n in alive
@@ -203,9 +212,10 @@ class Farm:
         if not infos:
             raise FarmUnavailableError(self.settings.address or "the embedded local Ray",
                                        "no node answered the first-contact probe")
+        installed = Versions.installed()  # compared like with like: package metadata on both sides
         for info in infos:
-            if info["versions"] != self.versions:
-                v, d = info["versions"], self.versions
+            if info["versions"] != installed:
+                v, d = info["versions"], installed
                 raise VersionMismatchError(
                     f"{info['hostname']} ({info['node_id'][:12]})",
                     f"torch {d.torch} / triton {d.triton}",

@@ -245,6 +245,10 @@ def test_a_node_with_another_triton_is_refused_naming_both(cluster: Any, tmp_pat
 
         sys.meta_path.insert(0, _OtherTriton())
     '''))
+    # ... and its package metadata (what the first-contact probe reads, without importing triton)
+    info = shim / "triton-0.0.1+other.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: triton\nVersion: 0.0.1+other\n")
     path = os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     node = cluster.add_node(num_cpus=1, env_vars={"PYTHONPATH": path})
     cluster.wait_for_nodes()

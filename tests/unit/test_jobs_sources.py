@@ -66,3 +66,26 @@ def test_worker_refuses_job_from_another_version() -> None:
     assert isinstance(result, Failed) and result.kind == "version"
     here = Versions.here()
     assert "1.0.0" in result.message and here.torch in result.message and here.triton in result.message
+
+
+def test_installed_versions_are_read_without_importing_torch(tmp_path: pathlib.Path) -> None:
+    """The first-contact probe's versions come from package metadata (no ``import torch`` on a
+    fresh worker) and agree with the imported modules' here; an install whose metadata says
+    another triton is seen as one."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from raycompile.kernels.jobs import Versions; v = Versions.installed(); "
+            "print(v.torch, v.triton, 'torch' in sys.modules, 'triton' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    torch_v, triton_v, imported_torch, imported_triton = out.stdout.split()
+    assert (imported_torch, imported_triton) == ("False", "False")
+    assert Versions(torch_v, triton_v) == Versions.here() == Versions.installed()
+    info = tmp_path / "triton-0.0.1+other.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: triton\nVersion: 0.0.1+other\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                           env=env)
+    assert other.stdout.split()[:2] == [torch_v, "0.0.1+other"]
