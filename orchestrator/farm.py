@@ -58,16 +58,11 @@ def _probe_versions() -> dict[str, Any]:
 
 
 def _probe() -> dict[str, Any]:
-    """Runs on each node for ``raycompile status``: what toolchain and hardware it has."""
-    import ray
+    """Runs on each node for ``raycompile status``: what toolchain (as imported) and GPUs it has."""
     import torch
 
-    return {
-        "node_id": ray.get_runtime_context().get_node_id(),
-        "hostname": socket.gethostname(),
-        "versions": Versions.here(),
-        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-    }
+    return {**_probe_versions(), "versions": Versions.here(),
+            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
 
 
 def _warm() -> int:

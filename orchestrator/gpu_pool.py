@@ -285,14 +285,15 @@ class GPUPool:
         if not uuid:
             yield
             return
-        deadline = time.monotonic() + (self.job_timeout_s if timeout_s is None else timeout_s)
+        limit = self.job_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + limit
         with self._lock:
             self._held[uuid] = self._held.get(uuid, 0) + 1
             while any(a.uuid == uuid and id(a) in self._busy for a in self._actors or []):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     log.warning("raycompile: the GPU worker on this process's GPU is still busy after %.0f s; "
-                                "timing here anyway", self.job_timeout_s if timeout_s is None else timeout_s)
+                                "timing here anyway", limit)
                     break
                 self._free.wait(timeout=min(left, 0.5))
         try:

@@ -68,8 +68,9 @@ def chrome_trace(records: list[JobRecord], node_names: Mapping[str, str] | None 
     for node in nodes:
         label = f"node {node[:12]}" + (f" ({names[node]})" if node in names else "")
         events.append({"name": "process_name", "ph": "M", "pid": pid_of[node], "args": {"name": label}})
+    gpu_tracks = {(r.node_id or "local", r.pid) for r in records if r.is_benchmark}
     for node, pid in sorted({(r.node_id or "local", r.pid) for r in records}):
-        gpu = any(r.is_benchmark for r in records if (r.node_id or "local", r.pid) == (node, pid))
+        gpu = (node, pid) in gpu_tracks
         events.append({"name": "thread_name", "ph": "M", "pid": pid_of[node], "tid": pid,
                        "args": {"name": f"{'GPU worker' if gpu else 'worker'} {pid}"}})
     t0 = min((r.started for r in records if r.started), default=0.0)
