@@ -5,5 +5,6 @@ from .files import publish, write_atomic
 from .keys import kernel_key
 from .store import Entry, FileTier, Miss, RedisTier
 from .tiered import Cache
+from .usage import Usage
 
-__all__ = ["Cache", "Entry", "FileTier", "Miss", "RedisTier", "kernel_key", "publish", "write_atomic"]
+__all__ = ["Cache", "Entry", "FileTier", "Miss", "RedisTier", "Usage", "kernel_key", "publish", "write_atomic"]

@@ -16,8 +16,38 @@ EXAMPLES = {
 }
 
 
+def versions() -> str:
+    """raycompile's version and those of the torch, triton and Ray it runs with, as installed here
+    (read from package metadata: no import of torch, which takes seconds)."""
+    from importlib import metadata
+
+    from . import __version__
+    from .kernels.jobs import Versions
+
+    installed = Versions.installed()
+    try:
+        ray = metadata.version("ray")
+    except metadata.PackageNotFoundError:
+        ray = "none"
+    return (f"raycompile {__version__} (torch {installed.torch}, triton {installed.triton}, ray {ray}, "
+            f"python {sys.version.split()[0]})")
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the versions are looked up only when asked for, not on every command."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the versions of raycompile, torch, triton "
+                                                            "and Ray, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(versions())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="raycompile", description="A compile farm for torch.compile on Ray.")
+    p.add_argument("--version", action=_VersionAction)
     sub = p.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="compile real models through the farm and check them",
                           epilog=EXAMPLES["demo"], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     from .cli_cache import add_parser
     from .cli_cluster import add_parsers
 
-    add_parser(sub)
+    add_parser(sub)  # `cache ACTION`: its actions are subcommands of their own, each with --help
     add_parsers(sub)
     return p
 

@@ -22,6 +22,8 @@ a spec (JSON or YAML); each variant is a Ray task (a GPU when the cluster has on
     - {name: b16, inputs: [{shape: [16, 512], dtype: int64, high: 32000}], dynamic: false, backward: true}
   fields: entry, kwargs, inputs [{shape, dtype, high, requires_grad}], name, mode, dynamic,
           fullgraph, backward, device (auto|cpu|cuda), dtype, threads, seed
+  types are strict: `requires_grad: false`, not "false"; `high: 32000`, not "32000"
+  raycompile precompile --print-schema > spec.schema.json   # its JSON Schema, for editors and CI
 
 exit status: 0 all compiled, 1 a variant (or the script) failed, 2 bad usage (spec, module, address)"""
 
@@ -39,6 +41,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                      "else an embedded local Ray; `auto` joins the cluster on this machine)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds all variants may take (default 3600)")
     p.add_argument("--json", action="store_true", help="also print the results as one JSON line")
+    p.add_argument("--print-schema", action="store_true",
+                   help="print the spec's JSON Schema (draft 2020-12) and exit")
     s = sub.add_parser("status", help="show the cluster: nodes, GPUs, compile slots, coordinator, cache tiers",
                        epilog=STATUS_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("--address", help="Ray address (default: RAY_ADDRESS, else auto)")
@@ -46,6 +50,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def run_precompile(args: argparse.Namespace) -> int:
+    if args.print_schema:
+        from .spec import schema_text
+
+        if args.spec or args.script:
+            print("raycompile: precompile --print-schema takes no SCRIPT or --spec", file=sys.stderr)
+            return 2
+        sys.stdout.write(schema_text())
+        return 0
     if bool(args.spec) == bool(args.script):
         print("raycompile: precompile needs a SCRIPT or --spec FILE (not both); see --help", file=sys.stderr)
         return 2

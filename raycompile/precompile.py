@@ -12,57 +12,29 @@ A spec (JSON or YAML)::
       - {name: b8, inputs: [{shape: [8, 512], dtype: int64, high: 32000}]}
       - {name: b16, inputs: [{shape: [16, 512], dtype: int64, high: 32000}], dynamic: false}
 
-This module holds the spec and what runs inside one variant's task (no Ray import); the fan-out
-is ``orchestrator/variants.py``.
+The spec's format and its reading are ``spec.py``; this module holds what runs inside one
+variant's task (no Ray import); the fan-out is ``orchestrator/variants.py``.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import os
-import re
 import runpy
 import socket
 import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import SpecError
+from .spec import InputSpec, Variant, load_spec, parse_spec
 
-MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-_ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """One example input: random values of this shape and dtype (integers in [0, high))."""
-
-    shape: tuple[int, ...]
-    dtype: str = "float32"
-    high: int = 2
-    requires_grad: bool = False
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One thing to compile: ``entry(**kwargs)`` (a module or a function) called on ``inputs``."""
-
-    name: str
-    entry: str  # "package.module:callable"
-    inputs: tuple[InputSpec, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    mode: str | None = None
-    dynamic: bool | None = None
-    fullgraph: bool = False
-    backward: bool = False  # also compile the backward (sum of the outputs, .backward())
-    device: str = "auto"  # auto: cuda when the task has a GPU, else cpu
-    dtype: str | None = None  # cast a module's parameters, e.g. bfloat16
-    threads: int | None = None  # torch.set_num_threads (Ray workers run with 1; CPU kernels depend on it)
-    seed: int = 0
+# the spec's names stay importable from here (orchestrator/variants.py, older callers)
+__all__ = ["InputSpec", "Variant", "VariantResult", "load_entry", "load_spec", "make_inputs", "parse_spec",
+           "run_script", "run_variant", "table"]
 
 
 @dataclass(frozen=True)
@@ -76,106 +48,6 @@ class VariantResult:
     cache_hits: int = 0
     node: str = ""
     error: str = ""
-
-
-# -- the spec ------------------------------------------------------------------------------------
-
-
-def load_spec(path: str) -> list[Variant]:
-    """Read and check a spec file. Raises SpecError naming the file and what is wrong."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError as e:
-        raise SpecError(path, f"cannot read it ({e.strerror})") from None
-    if path.endswith(".json"):
-        try:
-            doc = json.loads(text)
-        except ValueError as e:
-            raise SpecError(path, f"not valid JSON ({e})") from None
-    else:
-        import yaml  # a dependency of ray
-
-        try:
-            doc = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise SpecError(path, f"not valid YAML ({' '.join(str(e).split())})") from None
-    return parse_spec(doc, path)
-
-
-def parse_spec(doc: Any, path: str = "<spec>") -> list[Variant]:
-    """``doc``: a list of variants, or ``{"defaults": {...}, "variants": [...]}``."""
-    if isinstance(doc, list):
-        doc = {"variants": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("variants"), list) or not doc["variants"]:
-        raise SpecError(path, "expected a non-empty list under 'variants'")
-    extra = set(doc) - {"defaults", "variants"}
-    if extra:
-        raise SpecError(path, f"unknown top-level key(s) {sorted(extra)}; known: defaults, variants")
-    defaults = doc.get("defaults") or {}
-    if not isinstance(defaults, dict):
-        raise SpecError(path, "'defaults' must be a mapping")
-    variants = [_variant({**defaults, **v} if isinstance(v, dict) else v, i, path)
-                for i, v in enumerate(doc["variants"])]
-    names = [v.name for v in variants]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise SpecError(path, f"variant names must be unique: {dupes}")
-    return variants
-
-
-def _variant(raw: Any, i: int, path: str) -> Variant:
-    where = f"variant {i}"
-    if not isinstance(raw, dict):
-        raise SpecError(path, f"{where} must be a mapping")
-    known = {f.name for f in fields(Variant)}
-    unknown = set(raw) - known
-    if unknown:
-        raise SpecError(path, f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
-    entry = raw.get("entry")
-    if not isinstance(entry, str) or not _ENTRY.match(entry):
-        raise SpecError(path, f"{where}: 'entry' must be 'package.module:callable', got {entry!r}")
-    where = f"variant {raw.get('name', i)!r}"
-    inputs = raw.get("inputs")
-    if not isinstance(inputs, list):
-        raise SpecError(path, f"{where}: 'inputs' must be a list of {{shape, dtype}}")
-    checks: list[tuple[str, Callable[[Any], bool], str]] = [
-        ("name", lambda x: isinstance(x, str) and x != "", "a non-empty string"),
-        ("kwargs", lambda x: isinstance(x, dict), "a mapping"),
-        ("mode", lambda x: x in MODES, f"one of {[m for m in MODES if m]}"),
-        ("dynamic", lambda x: x is None or isinstance(x, bool), "true, false or null"),
-        ("fullgraph", lambda x: isinstance(x, bool), "true or false"),
-        ("backward", lambda x: isinstance(x, bool), "true or false"),
-        ("device", lambda x: isinstance(x, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", x), "auto, cpu or cuda"),
-        ("dtype", lambda x: x is None or _is_dtype(x), "a torch dtype name such as bfloat16"),
-        ("threads", lambda x: x is None or (isinstance(x, int) and x >= 1), "an integer >= 1"),
-        ("seed", lambda x: isinstance(x, int), "an integer"),
-    ]
-    for name, ok, what in checks:
-        if name in raw and not ok(raw[name]):
-            raise SpecError(path, f"{where}: '{name}' must be {what}, got {raw[name]!r}")
-    values = {k: v for k, v in raw.items() if k not in ("inputs", "name")}
-    name = raw.get("name") or f"{entry.rsplit(':', 1)[1]}-{i}"
-    return Variant(name=name, inputs=tuple(_input(x, where, path) for x in inputs), **values)
-
-
-def _is_dtype(name: Any) -> bool:
-    import torch
-
-    return isinstance(name, str) and isinstance(getattr(torch, name, None), torch.dtype)
-
-
-def _input(raw: Any, where: str, path: str) -> InputSpec:
-    if not isinstance(raw, dict) or set(raw) - {"shape", "dtype", "high", "requires_grad"}:
-        raise SpecError(path, f"{where}: an input is {{shape: [..], dtype: float32, high: 2, requires_grad: false}}, "
-                              f"got {raw!r}")
-    shape = raw.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise SpecError(path, f"{where}: an input's 'shape' must be a list of sizes, got {shape!r}")
-    dtype = raw.get("dtype", "float32")
-    if not _is_dtype(dtype):
-        raise SpecError(path, f"{where}: unknown dtype {dtype!r} (use torch's names: float32, bfloat16, int64, ...)")
-    return InputSpec(tuple(shape), dtype, int(raw.get("high", 2)), bool(raw.get("requires_grad", False)))
 
 
 def load_entry(entry: str, paths: Sequence[str] = ()) -> Callable[..., Any]:

@@ -22,11 +22,32 @@ CASES = {
     "compile-kernels: missing path": (["compile-kernels", "/nonexistent/kernels"], "no such file or directory"),
     "compile-kernels: unknown arch": (["compile-kernels", "CORPUS", "--arch", "sm_1"], "sm_1"),
     "compile-kernels: bad timeout": (["compile-kernels", "CORPUS", "--job-timeout", "-1"], "job_timeout_s must be > 0"),
+    "cache: no action": (["cache"], "required: ACTION"),
     "cache: unknown action": (["cache", "frob"], "invalid choice"),
-    "cache: export without a file": (["cache", "export"], "needs a FILE"),
+    "cache: an extra argument": (["cache", "stats", "extra"], "unrecognized arguments: extra"),
+    "cache: export without a file": (["cache", "export"], "required: FILE"),
     "cache: bad size": (["cache", "prune", "--max-size", "lots"], "expected a size"),
+    "cache: bad lasting cap": (["cache", "set-max-size", "5 parsecs"], "expected a size"),
     "cache: import of a missing archive": (["cache", "import", "/nonexistent.tar.gz"], "nonexistent"),
     "cache: shared tier not a file URL": (["cache", "stats", "--shared", "redis://x:1/0"], "only a file:///path"),
+    "precompile: neither script nor spec": (["precompile"], "needs a SCRIPT or --spec FILE"),
+    "precompile: a missing spec": (["precompile", "--spec", "nope.yaml"], "nope.yaml: cannot read it"),
+    "precompile: high not an integer": (["precompile", "--spec", "SPEC:high"],
+                                        "variant 0 ('b8'): 'inputs[0].high' must be an integer, got 'x'"),
+    "precompile: requires_grad a string": (["precompile", "--spec", "SPEC:requires_grad"],
+                                           "'inputs[0].requires_grad' must be true or false, got 'false'"),
+    "precompile: an unknown field": (["precompile", "--spec", "SPEC:unknown"], "unknown key(s) ['shapes']"),
+    "precompile: an entry point that does not import": (["precompile", "--spec", "SPEC:entry"],
+                                                        "cannot import module 'nosuchmodule_xyz'"),
+    "precompile: --print-schema with a spec": (["precompile", "--print-schema", "--spec", "SPEC:high"],
+                                               "--print-schema takes no SCRIPT or --spec"),
+}
+SPECS = {  # what "SPEC:name" stands for: a YAML spec written to the test's directory
+    "high": "variants:\n  - {name: b8, entry: 'raycompile.models:ReductionTail', inputs: [{shape: [8], high: x}]}\n",
+    "requires_grad": "variants:\n  - {entry: 'raycompile.models:ReductionTail', "
+                     "inputs: [{shape: [8], requires_grad: \"false\"}]}\n",
+    "unknown": "variants:\n  - {entry: 'raycompile.models:ReductionTail', inputs: [], shapes: []}\n",
+    "entry": "variants:\n  - {entry: 'nosuchmodule_xyz:f', inputs: [{shape: [8]}]}\n",
 }
 
 
@@ -34,6 +55,10 @@ CASES = {
 def test_cli_usage_errors_exit_2_and_write_nothing(name: str, corpus: pathlib.Path, tmp_path: pathlib.Path) -> None:
     argv, message = CASES[name]
     argv = [str(sorted(corpus.glob("*.py"))[0]) if a == "CORPUS" else a for a in argv]
+    for i, a in enumerate(argv):
+        if a.startswith("SPEC:"):
+            argv[i] = str(tmp_path / f"{a[5:]}.yaml")
+            pathlib.Path(argv[i]).write_text(SPECS[a[5:]])
     cache = pathlib.Path(os.environ["RAYCOMPILE_CACHE_DIR"])
     proc = subprocess.run([sys.executable, "-m", "raycompile", *argv], capture_output=True, text=True,
                           timeout=120, check=False, cwd=tmp_path)
@@ -65,13 +90,19 @@ def test_enable_with_bad_settings_raises_settings_error_and_starts_nothing(kwarg
 
 
 def test_enable_an_unreachable_address_without_fallback_raises_quickly() -> None:
+    """enable() returns at once; ready() (and any compile that needs the farm) says, quickly, that
+    nothing answers there."""
     import time
 
     start = time.monotonic()
-    with pytest.raises(raycompile.FarmUnavailableError) as info:
-        raycompile.enable(address="127.0.0.1:1", fallback=False, connect_timeout_s=5)
-    assert "127.0.0.1:1" in str(info.value) and time.monotonic() - start < 30
-    assert not raycompile.is_enabled()
+    raycompile.enable(address="127.0.0.1:1", fallback=False, connect_timeout_s=5)
+    try:
+        assert time.monotonic() - start < 1.0
+        with pytest.raises(raycompile.FarmUnavailableError) as info:
+            raycompile.ready()
+        assert "127.0.0.1:1" in str(info.value) and time.monotonic() - start < 30
+    finally:
+        raycompile.disable()
 
 
 def test_errors_say_what_to_do_and_pickle() -> None:

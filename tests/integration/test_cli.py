@@ -65,3 +65,17 @@ def test_usage_error_exits_2() -> None:
 def test_help_shows_an_example() -> None:
     proc = run("compile-kernels", "--help", timeout=60)
     assert proc.returncode == 0 and "example: raycompile compile-kernels" in proc.stdout
+
+
+def test_version_names_the_toolchain_it_runs_with() -> None:
+    import ray
+    import torch
+    import triton
+
+    import raycompile
+
+    proc = subprocess.run([sys.executable, "-m", "raycompile", "--version"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"raycompile {raycompile.__version__} (torch {torch.__version__}, ")
+    assert f"triton {triton.__version__}" in proc.stdout and f"ray {ray.__version__}" in proc.stdout
