@@ -80,3 +80,32 @@ if __name__ == "__main__":
     for arg in sys.argv[1:]:
         src = pathlib.Path(arg)
         print(fanout_png(json.loads(src.read_text()), src.with_suffix(".png")))
+
+
+def grouped_bars_png(results: dict[str, dict[str, dict[str, Any]]], path: pathlib.Path,
+                     title: str) -> pathlib.Path | None:
+    """benchmarks/overhead.py: per model, one bar per case (process start to first output)."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    models = list(results)
+    cases = [c for c in dict.fromkeys(c for rows in results.values() for c in rows)]
+    fig, ax = plt.subplots(figsize=(9, 0.6 + 0.35 * len(models) * len(cases)))
+    labels, values, colors = [], [], []
+    palette = {"stock": "#8c8c8c", "megacache": "#dd8452", "farm": "#4c72b0"}
+    for model in models:
+        for case in cases:
+            if case in results[model]:
+                labels.append(f"{model}: {case}")
+                values.append(results[model][case]["start_to_output_s"])
+                colors.append(next(v for k, v in palette.items() if case.startswith(k)))
+    bars = ax.barh(labels, values, color=colors)
+    ax.bar_label(bars, fmt="%.1f", padding=3)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds from process start to first output (lower is better)")
+    ax.set_title(title, fontsize=9)
+    ax.set_xlim(0, max(values) * 1.2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -75,6 +75,15 @@ def verify_entry(key: str, manifest: bytes, blobs: dict[str, bytes | None], secr
     return Entry(key, out, body.get("meta", {}))
 
 
+def should_drop(miss: Miss, tier: str) -> bool:
+    """Whether a reader drops the entry it could not use, so that the next write repairs it: a
+    corrupt one, yes; one refused for its signature only in the local tier (this user's own). In
+    a shared tier a refused entry may be another cluster's, signed with its secret: dropping it
+    would have two clusters with different secrets delete each other's entries, so it stays (and
+    this process compiles that kernel itself, warned)."""
+    return miss.reason == "corrupt" or tier == "local"
+
+
 class TierUnavailable(Exception):
     """A put that could not reach its tier (a Redis or head service that is down): the caller
     counts it in ``shared_unavailable`` and goes on; the entry stays in the other tier."""
@@ -139,7 +148,8 @@ class FileTier:
             return Miss("absent")
         result = verify_entry(key, raw[0], raw[1], self.secret)
         if isinstance(result, Miss):
-            self.drop(key)
+            if should_drop(result, self.name):
+                self.drop(key)
         else:
             self.touch(key)
         return result
@@ -273,7 +283,7 @@ class RedisTier:
         manifest = fields.pop(b"__manifest__", b"")
         blobs = {k.decode(): v for k, v in fields.items()}
         result = verify_entry(key, manifest, blobs, self.secret)
-        if isinstance(result, Miss):
+        if isinstance(result, Miss) and should_drop(result, self.name):
             try:
                 self._client.delete(f"raycompile:entry:{key}")
             except redis.RedisError:

@@ -1,32 +1,55 @@
 """The two-tier cache: local first, then shared; a shared hit is copied to the local tier, and a
-new entry is written to both. Every outcome is counted in the stats the caller passes."""
+new entry is written to both. Every outcome is counted in the stats the caller passes.
+
+A shared tier that needs the session's Ray connection (``ray://head``, or any tier signed with
+the cluster's secret) is a ``DeferredTier``: its lookups wait for the connection, bounded, and a
+process whose lookups all hit the local tier never waits at all."""
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..errors import SettingsError
 from .signing import load_secret
 from .store import Entry, FileTier, Miss, RedisTier, Tier, TierUnavailable
 
+log = logging.getLogger("raycompile.cache")
+
+# A refusal is reported once, this long after the first, so the warning can give the count of a
+# whole module's lookups rather than one.
+REFUSED_WARNING_DELAY_S = 2.0
+
 
 class Cache:
-    def __init__(self, local: FileTier | None, shared: Tier | None, stats: Any) -> None:
+    """``submit(fn, *args)``: where a shared hit is copied into the local tier (an executor's
+    submit, so a warm node's lookups do not wait for those writes); default: at once."""
+
+    def __init__(self, local: FileTier | None, shared: Tier | None, stats: Any,
+                 submit: Callable[..., Any] | None = None) -> None:
         self.local, self.shared, self.stats = local, shared, stats
+        self._submit = submit
+        self._refused = 0
+        self._warning: threading.Timer | None = None
+        self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, cache_dir: str, shared_url: str, max_bytes: int, stats: Any,
-                      ray_tier: Callable[[bytes], Tier] | None = None) -> Cache:
-        """Build the tiers. ``shared_url``: none | file:///path | redis://host:port/db | ray://head
-        (``ray_tier(secret)`` makes that one; the orchestrator owns everything that talks to Ray).
+    def from_settings(cls, cache_dir: str, shared_url: str, max_bytes: int | None, stats: Any,
+                      ray_tier: Callable[[bytes], Tier] | None = None, secret: bytes | None = None) -> Cache:
+        """Build the tiers, both signed with ``secret`` (default: this user's key).
+        ``shared_url``: none | file:///path | redis://host:port/db | ray://head (``ray_tier(secret)``
+        makes that one; the orchestrator owns everything that talks to Ray).
 
         Raises SettingsError for an unknown scheme."""
         check_shared_url(shared_url)
-        root = os.path.abspath(os.path.expanduser(cache_dir))
-        secret = load_secret(os.path.join(root, "secret.key"))
-        local = FileTier(root, secret, "local", max_bytes)
+        secret = secret if secret is not None else load_secret()
+        local = local_tier(cache_dir, secret, max_bytes)
         if shared_url == "ray://head":
             return cls(local, ray_tier(secret) if ray_tier is not None else None, stats)
         return cls(local, shared_tier(shared_url, secret), stats)
@@ -39,17 +62,66 @@ class Cache:
             if isinstance(result, Entry):
                 self.stats.add(bytes_read=result.size, **{f"{tier.name}_hits": 1})
                 if tier is self.shared and self.local is not None:
-                    self.stats.add(bytes_written=self.local.put(result))
+                    self._copy_to_local(result)
                 return result
-            self._count(result)
+            self._count(result, tier)
         self.stats.add(misses=1)
         return None
 
-    def _count(self, miss: Miss) -> None:
+    def _copy_to_local(self, entry: Entry) -> None:
+        def copy() -> None:
+            try:
+                self.stats.add(bytes_written=self.local.put(entry))  # type: ignore[union-attr]
+            except OSError as e:  # a full or read-only local dir: the next process fetches it again
+                self.stats.add(put_errors=1)
+                log.warning("raycompile: could not copy a shared entry to the local tier (%s)", e)
+
+        if self._submit is not None:
+            try:
+                self._submit(copy)
+                return
+            except RuntimeError:  # the executor is shut down (the session is closing)
+                pass
+        copy()
+
+    def _count(self, miss: Miss, tier: Any) -> None:
         if miss.reason in ("corrupt", "refused"):
             self.stats.add(**{miss.reason: 1})
         elif miss.reason == "unavailable":
             self.stats.add(shared_unavailable=1)
+        if miss.reason == "refused":
+            self._refused_one(getattr(tier, "name", "?"))
+
+    def _refused_one(self, tier: str) -> None:
+        with self._lock:
+            self._refused += 1
+            if self._warning is not None or self._refused > 1:
+                return
+            self._warning = threading.Timer(REFUSED_WARNING_DELAY_S, self.warn_refused, (tier,))
+            self._warning.daemon = True
+            self._warning.start()
+
+    def warn_refused(self, tier: str = "shared") -> None:
+        """The one warning about entries signed with another secret (their count so far, and the
+        fix); later refusals are only counted (``stats()['refused']``)."""
+        with self._lock:
+            count, self._refused = self._refused, -(10**9)  # never again
+        if count <= 0:
+            return
+        log.warning(
+            "raycompile: %d cache entr%s in the %s tier %s signed with another secret and refused (never "
+            "loaded; compiled again here, counted in stats()['refused']). Processes that share a tier must "
+            "share the secret: join the same Ray cluster (it holds one), or set the same RAYCOMPILE_SECRET "
+            "on every node. `raycompile cache verify` lists such entries.",
+            count, "y" if count == 1 else "ies", tier, "was" if count == 1 else "were")
+
+    def close(self) -> None:
+        """Report refusals not yet reported."""
+        with self._lock:
+            timer, self._warning = self._warning, None
+        if timer is not None:
+            timer.cancel()
+            self.warn_refused(getattr(self.shared, "name", "shared"))
 
     def put(self, entry: Entry) -> None:
         written = 0
@@ -61,13 +133,54 @@ class Cache:
                     self.stats.add(shared_unavailable=1)
                 except OSError as e:  # read-only or full disk: warn via stats, keep going
                     self.stats.add(put_errors=1)
-                    import logging
-
-                    logging.getLogger("raycompile.cache").warning(
-                        "raycompile: could not write cache entry to the %s tier (%s)", tier.name, e)
+                    log.warning("raycompile: could not write cache entry to the %s tier (%s)", tier.name, e)
         evictions = self.local.evictions if self.local is not None else 0
         self.stats.add(bytes_written=written)
         self.stats.set(evictions=evictions)
+
+
+class DeferredTier:
+    """A shared tier made once the session's Ray connection is up (``future`` resolves to the
+    tier, or None for no shared tier). A lookup waits for it at most ``timeout_s``; after one
+    lookup gave up, later ones do not wait (a miss, counted ``shared_unavailable``) until it
+    arrives."""
+
+    name = "shared"
+
+    def __init__(self, future: Future[Tier | None], timeout_s: float) -> None:
+        self._future, self.timeout_s = future, timeout_s
+        self._gave_up = False
+
+    def tier(self, wait: bool = True) -> Tier | None | Miss:
+        """The tier, None (there is none), or ``Miss("unavailable")`` (not there in time)."""
+        if self._future.done() or (wait and not self._gave_up):
+            try:
+                t0 = time.monotonic()
+                tier = self._future.result(timeout=self.timeout_s)
+                if time.monotonic() - t0 > 0.05:
+                    log.debug("raycompile: a shared-tier lookup waited %.2f s for Ray", time.monotonic() - t0)
+                return tier
+            except FutureTimeout:
+                if not self._gave_up:
+                    log.warning("raycompile: the shared cache tier was not ready within %.0f s (Ray is still "
+                                "connecting); looking up locally until it is", self.timeout_s)
+                self._gave_up = True
+            except Exception as e:  # the session's start failed: it warned already
+                log.debug("raycompile: no shared tier (%s)", e)
+                return None
+        return Miss("unavailable", "the Ray connection is not up yet")
+
+    def get(self, key: str) -> Entry | Miss:
+        tier = self.tier()
+        if isinstance(tier, Miss):
+            return tier
+        return tier.get(key) if tier is not None else Miss("absent")
+
+    def put(self, entry: Entry) -> int:
+        tier = self.tier()
+        if isinstance(tier, Miss):
+            raise TierUnavailable(tier.detail)
+        return tier.put(entry) if tier is not None else 0
 
 
 def check_shared_url(url: str) -> None:
@@ -76,6 +189,10 @@ def check_shared_url(url: str) -> None:
         return
     raise SettingsError(f"shared cache {url!r}: expected auto, none, ray://head, file:///path or "
                         "redis://host:port/db")
+
+
+def local_tier(cache_dir: str, secret: bytes, max_bytes: int | None) -> FileTier:
+    return FileTier(os.path.abspath(os.path.expanduser(cache_dir)), secret, "local", max_bytes)
 
 
 def shared_tier(url: str, secret: bytes) -> Tier | None:

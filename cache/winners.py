@@ -53,10 +53,13 @@ def put_winner(cache: Any, kernel_key: str, config: Winner, meta: dict[str, Any]
 
 class WinnerStore:
     """Winners by kernel cache key: a memo in front of the cache tiers (``cache`` may be None:
-    then winners live for this process only)."""
+    then winners live for this process only). ``submit(fn, *args)``: where the writes to the tiers
+    run (an executor's submit: a winner is found at a kernel's first run, on the step's critical
+    path, which must not wait on a shared tier); default: here."""
 
-    def __init__(self, cache: Any | None) -> None:
+    def __init__(self, cache: Any | None, submit: Any = None) -> None:
         self.cache = cache
+        self._submit = submit
         self._memo: dict[str, Winner] = {}
         self._lock = threading.Lock()
 
@@ -73,5 +76,12 @@ class WinnerStore:
     def put(self, kernel_key: str, config: Winner, meta: dict[str, Any] | None = None) -> None:
         with self._lock:
             self._memo[kernel_key] = dict(config)
-        if self.cache is not None:
-            put_winner(self.cache, kernel_key, config, meta)
+        if self.cache is None:
+            return
+        if self._submit is not None:
+            try:
+                self._submit(put_winner, self.cache, kernel_key, dict(config), meta)
+                return
+            except RuntimeError:  # the executor is shut down (the session is closing): write here
+                pass
+        put_winner(self.cache, kernel_key, config, meta)

@@ -11,7 +11,7 @@ import logging
 import os
 from typing import Any
 
-from ..cache.store import Entry, FileTier, Miss, TierUnavailable, manifest_for, verify_entry
+from ..cache.store import Entry, FileTier, Miss, TierUnavailable, manifest_for, should_drop, verify_entry
 
 log = logging.getLogger("raycompile.cache")
 
@@ -72,7 +72,7 @@ class RayHeadTier:
         if raw is None:
             return Miss("absent")
         result = verify_entry(key, raw[0], raw[1], self.secret)
-        if isinstance(result, Miss):
+        if isinstance(result, Miss) and should_drop(result, self.name):
             self.actor.drop.remote(key)
         return result
 

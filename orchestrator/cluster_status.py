@@ -23,10 +23,10 @@ def collect(settings: Settings) -> dict[str, Any]:
     Raises FarmUnavailableError when nothing answers there."""
     import ray
 
-    from .farm import connect
+    from .connect import connect
 
     settings = dataclasses.replace(settings, address=settings.address or "auto")
-    owns = connect(settings)
+    owns = connect(settings).owns
     try:
         nodes = _nodes(settings.connect_timeout_s)
         offered = ray.cluster_resources()

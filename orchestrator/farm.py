@@ -1,7 +1,6 @@
 """The farm: compile jobs as Ray tasks, with in-flight dedupe, time-outs and a version check.
 
-The module that talks to Ray (``connect`` joins a cluster, for the farm and the cluster
-commands). Jobs go out as tasks that ask for one CPU and never a GPU, spread over the nodes, so
+Jobs go out as tasks that ask for one CPU and never a GPU, spread over the nodes, so
 CPU-only nodes cross-compile. One dispatcher thread waits on every task in flight and resolves
 each job's ``concurrent.futures.Future`` with a ``Built`` or ``Failed`` value; it never raises
 into Inductor's threads.
@@ -23,6 +22,7 @@ from .. import kernels
 from ..errors import FarmUnavailableError, VersionMismatchError
 from ..kernels import Failed, Job, Result, Versions
 from ..settings import Settings
+from .connect import connect
 from .progress import Progress
 from .stats import Stats
 
@@ -87,46 +87,6 @@ class _Pending:
     timeouts: int = 0  # re-runs after a time-out (at most one)
 
 
-def _preflight(address: str, timeout: float) -> None:
-    """Fail fast on an address nobody listens on: ray.init would retry for minutes."""
-    if address == "auto":
-        return
-    hostport = address.removeprefix("ray://")
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        raise FarmUnavailableError(address, "expected host:port, ray://host:port or auto")
-    try:
-        with socket.create_connection((host, int(port)), timeout=min(timeout, 10.0)):
-            pass
-    except OSError as e:
-        raise FarmUnavailableError(address, f"nothing answers there ({e})") from None
-
-
-
-def connect(settings: Settings) -> bool:
-    """Join the cluster at ``settings.address`` (an embedded local Ray when there is none).
-    Returns whether this call connected (so the caller shuts Ray down). Raises
-    FarmUnavailableError when the address does not answer."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    address = settings.address
-    try:
-        if address:
-            _preflight(address, settings.connect_timeout_s)
-            ray.init(address=address, namespace=settings.namespace, log_to_driver=False,
-                     logging_level=logging.WARNING)
-        else:
-            ray.init(address="local", num_cpus=settings.num_cpus, namespace=settings.namespace,
-                     include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-    except FarmUnavailableError:
-        raise
-    except Exception as e:
-        raise FarmUnavailableError(address or "an embedded local Ray", f"{type(e).__name__}: {e}") from e
-    return True
-
-
 class Farm:
     """A connection to a Ray cluster that compiles jobs. Create with ``Farm(settings)``; close it.
 
@@ -170,14 +130,7 @@ class Farm:
     # -- connection --------------------------------------------------------------------------
 
     def _connect(self) -> None:
-        ray, address = self._ray, self.settings.address
-        if ray.is_initialized():
-            current = ray.get_runtime_context().gcs_address
-            if address and address != "auto" and address.removeprefix("ray://") != current:
-                raise FarmUnavailableError(address, f"this process is already connected to Ray at "
-                                                    f"{current}; call ray.shutdown() first")
-            return
-        self._owns_ray = connect(self.settings)
+        self._owns_ray = connect(self.settings).owns
 
     def _check_nodes(self) -> dict[str, dict[str, Any]]:
         """First contact: probe each alive node; refuse one with another torch or triton."""

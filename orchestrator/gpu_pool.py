@@ -14,9 +14,9 @@ confirmation of the actors' fastest), and an actor on the same GPU must not time
 moment, or both timings are disturbed. ``hold(uuid)`` keeps the actors on that GPU (found by the
 device UUID each reports) out of the rotation, after their current job, until it exits.
 
-Where an actor's time goes: with ``RAYCOMPILE_PROFILE_GPU_WORKERS=1`` in the driver's environment
-each actor runs its jobs under cProfile, and ``GPUPool.profile_reports()`` returns each one's
-report (a diagnosis: it slows the actors' Python).
+Where an actor's time goes: with ``profile`` (the ``profile_gpu_workers`` setting,
+``RAYCOMPILE_PROFILE_GPU_WORKERS=1``) each actor runs its jobs under cProfile, and
+``GPUPool.profile_reports()`` returns each one's report (a diagnosis: it slows the actors' Python).
 
 Faults: a candidate that crashes its GPU (an illegal address leaves the CUDA context unusable)
 makes its actor process exit (``GPUWorker``); Ray restarts the actor (``max_restarts``), the
@@ -121,7 +121,7 @@ class GPUPool:
     """The cluster's GPU actors. Create with the session's stats; ``close()`` ends the actors."""
 
     def __init__(self, stats: Stats | None = None, measure: Measure | None = None, job_timeout_s: float = 600.0,
-                 start_timeout_s: float = 120.0) -> None:
+                 start_timeout_s: float = 120.0, profile: bool = False) -> None:
         import ray
 
         self._ray = ray
@@ -129,6 +129,7 @@ class GPUPool:
         self._measure = measure
         self.job_timeout_s = job_timeout_s
         self.start_timeout_s = start_timeout_s
+        self.profile = profile
         self._actors: list[_Actor] | None = None
         self._lock = threading.Lock()  # one start; actors are handed out under it
         self._busy: set[int] = set()  # ids of actors timing a job (runs may overlap: threads)
@@ -160,7 +161,7 @@ class GPUPool:
                     handles.append(remote.options(
                         num_gpus=1, num_cpus=0, max_restarts=-1, max_task_retries=0,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-                    ).remote(self._measure, os.environ.get("RAYCOMPILE_PROFILE_GPU_WORKERS") == "1"))
+                    ).remote(self._measure, self.profile))
             refs = [h.info.remote() for h in handles]
             ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.start_timeout_s)
             actors = []
@@ -400,7 +401,7 @@ class GPUPool:
                                        node_id=t.node_id, pid=t.pid, started=t.started)
 
     def profile_reports(self, timeout_s: float = 60.0) -> dict[str, str]:
-        """GPU id -> its actor's cProfile report (``RAYCOMPILE_PROFILE_GPU_WORKERS=1``; else "")."""
+        """GPU id -> its actor's cProfile report (``profile``; else "")."""
         with self._lock:
             actors = list(self._actors or [])
         refs = [a.handle.profile_report.remote() for a in actors]

@@ -13,7 +13,8 @@ from typing import Any
 
 from ..precompile import Variant, VariantResult, run_variant
 from ..settings import Settings
-from .farm import GPU_RESOURCE, connect
+from .connect import connect
+from .farm import GPU_RESOURCE
 
 log = logging.getLogger("raycompile.precompile")
 
@@ -32,7 +33,7 @@ def run_variants(variants: Sequence[Variant], settings: Settings, paths: Sequenc
     that raises, dies with its worker or outlives ``timeout_s`` is a failed result, not an error."""
     import ray
 
-    owns = connect(settings)
+    owns = connect(settings).owns
     try:
         options, limit = placement(ray.cluster_resources())
         task = ray.remote(run_variant).options(max_retries=0, **options)

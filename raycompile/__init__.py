@@ -28,111 +28,35 @@ from .errors import (
     UnknownArchError,
     VersionMismatchError,
 )
+from .session import Session
 from .settings import Settings
 
 __version__ = "0.1.0"
 log = logging.getLogger("raycompile")
 
 
-class _Session:
-    """What ``enable`` sets up and ``disable`` tears down."""
-
-    def __init__(self, settings: Settings) -> None:
-        from .orchestrator import Farm, Progress, Stats, progress_wanted
-        from .wrapper import Hooks, Router, stock_pools
-
-        self.settings = settings
-        self.stats = Stats()
-        self.farm: Farm | None = None
-        from .cache import Cache
-        from .cache.tiered import check_shared_url
-
-        check_shared_url(settings.shared_cache)  # a bad setting fails here, with nothing started
-        progress = Progress(force_terminal=settings.progress is True) if progress_wanted(settings.progress) else None
-        import ray
-
-        # an embedded Ray (no address, none running) has no other drivers to share compiles with
-        joins_cluster = settings.address is not None or ray.is_initialized()
-        try:
-            self.farm = Farm(settings, self.stats, progress)
-        except FarmUnavailableError as e:
-            if not settings.fallback:
-                raise
-            log.warning("raycompile: %s\nCompiling locally with stock Inductor; each local compile "
-                        "is counted in raycompile.stats()['fallbacks'].", e)
-        shared = settings.shared_cache
-        if shared == "auto":
-            shared = "ray://head" if self.farm is not None and len(self.farm.nodes) > 1 else "none"
-        self.shared_cache = shared
-        farm = self.farm
-
-        def ray_tier(secret: bytes) -> object:
-            from .orchestrator.cache_service import RayHeadTier
-
-            return RayHeadTier(secret, root=settings.head_cache_dir, namespace=settings.namespace,
-                               timeout_s=settings.connect_timeout_s)
-
-        self.dedupe: Any = None  # orchestrator.coordinator.ClusterDedupe
-        try:
-            cache = Cache.from_settings(settings.cache_dir, shared, settings.cache_max_bytes, self.stats,
-                                        ray_tier if farm is not None and farm.alive else None)
-            if (settings.cluster_dedupe and joins_cluster and shared not in ("", "none")
-                    and farm is not None and farm.alive):
-                # with a shared tier, drivers that miss on the same key wait for one compile
-                from .orchestrator.coordinator import ClusterDedupe
-
-                self.dedupe = ClusterDedupe.start(settings, self.stats, scope=shared)
-            process_pool, submit = stock_pools()
-            self.hooks = Hooks(Router(self.farm, self.stats, process_pool, submit, cache, self.dedupe))
-            self.hooks.install()
-            from .autotune import AutotuneSession  # benchmarks on the cluster's GPU actors, if it has GPUs
-
-            self.autotune = AutotuneSession.start(self.stats, cache, settings, farm)
-            if self.autotune is not None:
-                self.hooks.router.on_triton_job = self.autotune.prestart
-        except BaseException:
-            self.close()
-            raise
-
-    def node_names(self) -> dict[str, str]:
-        return {n: info["hostname"] for n, info in self.farm.nodes.items()} if self.farm else {}
-
-    def close(self) -> None:
-        self.hooks_uninstall()
-        if getattr(self, "autotune", None) is not None:
-            self.autotune.close()
-        if self.dedupe is not None:
-            self.dedupe.close()
-        if self.farm is not None:
-            self.farm.close()
-        if self.settings.trace:
-            from .orchestrator.report import write_trace
-
-            write_trace(self.settings.trace, self.stats.job_records(), self.node_names())
-
-    def hooks_uninstall(self) -> None:
-        hooks = getattr(self, "hooks", None)
-        if hooks is not None:
-            hooks.uninstall()
-
-
 _lock = threading.Lock()
-_session: _Session | None = None
+_session: Session | None = None
 _last_stats: dict[str, Any] | None = None
 _last_report: str | None = None
 _atexit_registered = False
 
 
 def enable(address: str | None = None, **settings: Any) -> None:
-    """Route torch.compile's kernel compiles through the farm until ``disable()``.
+    """Route torch.compile's kernel compiles through the farm until ``disable()``. Returns at
+    once: Ray is joined (or started) in the background, and the first compile that misses the
+    cache waits for it; a process whose compiles all hit the cache never waits for Ray.
 
-    ``address``: None starts an embedded local Ray (or joins RAY_ADDRESS); "auto" joins the local
-    cluster; "host:6379" or "ray://host:10001" a remote one. Other keywords are ``Settings``
-    fields (``job_timeout_s``, ``num_cpus``, ``fallback``, ...), each also read from RAYCOMPILE_*.
+    ``address``: None joins RAY_ADDRESS or a cluster started on this machine, else starts an
+    embedded local Ray; "auto" joins RAY_ADDRESS or the local cluster (an error without one);
+    "host:6379" or "ray://host:10001" a remote one. Other keywords are ``Settings`` fields
+    (``job_timeout_s``, ``num_cpus``, ``fallback``, ...), each also read from RAYCOMPILE_*.
 
-    Raises SettingsError for a bad setting, VersionMismatchError when a node runs another torch or
-    triton, and FarmUnavailableError when Ray is unreachable and ``fallback=False``. With fallback
-    (the default) an unreachable Ray warns once and compiles locally.
+    Raises SettingsError for a bad setting, and FarmUnavailableError for ``address="auto"`` with
+    no cluster on this machine when ``fallback=False``. Everything that needs the network is
+    reported later, by ``ready()`` and by the compiles that need the farm: FarmUnavailableError
+    when Ray is unreachable and ``fallback=False`` (with fallback, the default, it warns once and
+    compiles locally), VersionMismatchError when a node runs another torch or triton.
     """
     global _session, _atexit_registered
     resolved = Settings.resolve(address=address, **settings)
@@ -142,7 +66,21 @@ def enable(address: str | None = None, **settings: Any) -> None:
             _atexit_registered = True
         if _session is not None:
             _close_locked()
-        _session = _Session(resolved)
+        _session = Session(resolved)
+
+
+def ready(timeout: float | None = None) -> dict[str, Any]:
+    """Wait until the session's farm is up (Ray joined, every node probed) and its Inductor hooks
+    installed; return what it runs on: address, embedded, nodes, workers, shared_cache, fallback
+    (True: Ray unreachable, compiling locally), seconds (each stage's time since ``enable()``).
+    ``timeout``: at most this long (default: twice ``connect_timeout_s``).
+
+    Raises FarmUnavailableError without a session, or when Ray is unreachable and
+    ``fallback=False``, and VersionMismatchError when a node runs another torch or triton."""
+    session = _session
+    if session is None:
+        raise FarmUnavailableError("(no session)", "call raycompile.enable() first")
+    return session.ready(timeout)
 
 
 def disable() -> None:
@@ -191,7 +129,7 @@ def stats() -> dict[str, Any]:
     return Stats().snapshot()
 
 
-def _report(session: _Session) -> str:
+def _report(session: Session) -> str:
     from .orchestrator.report import summary
 
     return summary(session.stats.snapshot(), session.stats.job_records(), session.node_names())
@@ -213,6 +151,6 @@ def report() -> str:
 
 __all__ = [
     "AutotuneError", "AutotuneResult", "CompileError", "FarmUnavailableError", "KernelSourceError", "NoGPUError",
-    "RaycompileError", "Settings", "SettingsError", "UnknownArchError", "VersionMismatchError", "autotune", "disable",
-    "enable", "enabled", "is_enabled", "report", "stats",
+    "RaycompileError", "Session", "Settings", "SettingsError", "UnknownArchError", "VersionMismatchError", "autotune",
+    "disable", "enable", "enabled", "is_enabled", "ready", "report", "stats",
 ]

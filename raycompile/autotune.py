@@ -14,6 +14,7 @@ import contextlib
 import logging
 import math
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,53 +28,98 @@ log = logging.getLogger("raycompile.autotune")
 
 class AutotuneSession:
     """The GPU actors of a raycompile session and, when this process has a GPU (or ``group`` is
-    given), the Inductor hooks that send its autotune benchmarks to the actors of its GPU model.
-    ``measure`` replaces the GPU timing on the actors (tests pass a test double)."""
+    given), the Inductor hooks that send its max-autotune benchmarks to the actors of its GPU
+    model and file every Triton kernel's config winner in the cache.
+
+    ``source``: where the session's ``GPUPool`` comes from (``orchestrator.startup.Startup``:
+    ``gpu_pool()`` waits for Ray, None without it; ``started_gpu_pool()`` never waits), so nothing
+    here waits for Ray until a benchmark needs the actors; default: a pool of its own on the Ray
+    this process is connected to. ``measure`` replaces the GPU timing on the actors of
+    that pool (tests pass a test double)."""
 
     def __init__(self, stats: Any, cache: Any, settings: Settings, group: str | None = None,
-                 measure: Any = None) -> None:
+                 measure: Any = None, source: Any = None, submit: Callable[..., Any] | None = None) -> None:
         from .cache.winners import WinnerStore
         from .kernels.benchmark import local_gpu
-        from .orchestrator.gpu_pool import GPUPool
         from .wrapper.autotune import AutotuneHooks
 
-        self.stats = stats
-        self.pool = GPUPool(stats, measure=measure, job_timeout_s=settings.job_timeout_s)
-        self.winners = WinnerStore(cache)
-        here = local_gpu()
+        self.stats, self.settings = stats, settings
+        self._own: Any = None
+        if source is None:
+            from .orchestrator.gpu_pool import GPUPool
+
+            self._own = GPUPool(stats, measure=measure, job_timeout_s=settings.job_timeout_s,
+                                profile=settings.profile_gpu_workers)
+        self._source = source
+        self._prestarted = False
+        self.winners = WinnerStore(cache, submit=submit)
+        here = local_gpu() if group is None else None
         self.group = group or (here.group if here is not None else None)
         self.hooks: AutotuneHooks | None = None
         if self.group is not None:
-            self.hooks = AutotuneHooks(self.pool.runner(self.group), cache, self.winners, stats,
-                                       background=self.pool.runner(self.group, wall=False), hold=self.pool.hold_here)
+            self.hooks = AutotuneHooks(self._runner(wall=True), cache, self.winners, stats,
+                                       background=self._runner(wall=False), hold=self._hold,
+                                       configs=settings.autotune_configs)
             self.hooks.install()
 
-    @classmethod
-    def start(cls, stats: Any, cache: Any, settings: Settings, farm: Any) -> AutotuneSession | None:
-        """A session's autotuning, or None: turned off (``autotune=False``), no Ray, or no GPU in
-        the cluster (then Inductor benchmarks as it always does)."""
-        if not settings.autotune or farm is None or not farm.alive:
-            return None
-        from .orchestrator.gpu_pool import GPUPool
+    @property
+    def pool(self) -> Any:
+        """The GPU pool (waits for the session's Ray). Raises FarmUnavailableError without Ray."""
+        pool = self._own if self._own is not None else self._source.gpu_pool()
+        if pool is None:
+            raise FarmUnavailableError("the session's Ray", "no Ray connection, so no GPU workers")
+        return pool
 
-        try:
-            if not GPUPool.cluster_gpus():
-                return None
-        except Exception as e:  # Ray answered the farm but not this: benchmark locally
-            log.warning("raycompile: could not list the cluster's GPUs (%s); autotuning locally", e)
+    def _runner(self, wall: bool) -> Callable[[Sequence[Any]], list[Any]]:
+        group = self.group
+        return lambda work: self.pool.run(work, group, wall)
+
+    def _hold(self) -> contextlib.AbstractContextManager[None]:
+        """While this process times a candidate itself: the actors on its GPU take no job (only
+        if they exist: holding never starts them, nor waits for Ray)."""
+        pool = self._own if self._own is not None else self._source.started_gpu_pool()
+        return pool.hold_here() if pool is not None and pool.started else contextlib.nullcontext()
+
+    @classmethod
+    def for_session(cls, stats: Any, cache: Any, settings: Settings, source: Any,
+                    submit: Callable[..., Any] | None = None) -> AutotuneSession | None:
+        """A session's autotuning, or None when turned off (``autotune=False``: Inductor benchmarks
+        as it always does). Made at the session's first Inductor compile (it asks CUDA for this
+        process's GPU); the actors start only when a benchmark goes to them."""
+        if not settings.autotune:
             return None
-        return cls(stats, cache, settings)
+        return cls(stats, cache, settings, source=source, submit=submit)
 
     def prestart(self) -> None:
-        """Start the GPU actors in the background when this process sends its benchmarks to them
-        (the Router calls this at each GPU kernel compile it sends to the farm; once is enough)."""
-        if self.hooks is not None:
-            self.pool.prestart()
+        """Start the GPU actors in the background when this process will send benchmarks to them
+        (max-autotune, or ``autotune_configs="actors"``). The Router calls this at each Triton
+        kernel it sends to the farm, on Inductor's thread, so it reads the compile's config; it
+        never waits."""
+        from .wrapper import compat
+
+        if self.hooks is None or self._prestarted:
+            return
+        if not (compat.max_autotune_on() or self.settings.autotune_configs == "actors"):
+            return
+        self._prestarted = True
+        if self._own is not None:
+            self._own.prestart()
+            return
+
+        def start() -> None:
+            try:
+                pool = self.pool
+            except FarmUnavailableError:
+                return
+            pool.prestart()
+
+        threading.Thread(target=start, name="raycompile-gpu-prestart", daemon=True).start()
 
     def close(self) -> None:
         if self.hooks is not None:
             self.hooks.uninstall()
-        self.pool.close()
+        if self._own is not None:
+            self._own.close()
 
 
 @dataclass(frozen=True)
@@ -113,11 +159,13 @@ def autotune(kernel: Any, configs: Sequence[Any], args: Sequence[Any], grid: Any
     from .wrapper import compat
 
     session = _session
-    tuning: AutotuneSession | None = getattr(session, "autotune", None) if session is not None else None
-    if session is None or session.farm is None or not session.farm.alive:
+    if session is None:
         raise FarmUnavailableError("(no session)", "raycompile.autotune needs raycompile.enable() on a Ray cluster")
-    if tuning is None:
+    session.install()
+    tuning: AutotuneSession | None = session.autotune
+    if tuning is None:  # autotune=False
         raise NoGPUError(gpu or "any GPU", [])
+    tuning.pool  # noqa: B018 - raises FarmUnavailableError without Ray, before anything is sent
     source, values = bundle_user_kernel(kernel)
     name = kernel.__name__
     try:

@@ -1,8 +1,10 @@
-"""``torch.compile(model, backend="raycompile")``: Inductor, with its kernel compiles on the farm.
+"""``torch.compile(model, backend="raycompile", mode=..., options=...)``: Inductor, with its kernel
+compiles on the farm, taking ``mode`` and ``options`` exactly as ``backend="inductor"`` does.
 
 Registered through the ``torch_dynamo_backends`` entry point, so it works without an import.
 The first use enables the farm with settings from RAYCOMPILE_* variables (an embedded local Ray
-unless RAYCOMPILE_ADDRESS / RAY_ADDRESS says otherwise); ``raycompile.disable()`` ends it.
+unless RAYCOMPILE_ADDRESS / RAY_ADDRESS or a cluster running on this machine says otherwise);
+``raycompile.disable()`` ends it.
 """
 
 from __future__ import annotations
@@ -10,11 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 
-def raycompile_backend(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
-    from torch._inductor.compile_fx import compile_fx
+def raycompile_backend(gm: Any, example_inputs: Any, mode: str | None = None,
+                       options: dict[str, Any] | None = None) -> Any:
+    """Compile ``gm`` as ``backend="inductor"`` with ``mode``/``options`` would, through the farm.
 
+    Raises RuntimeError for an unknown option (as torch.compile does), and what ``enable()``
+    raises for bad RAYCOMPILE_* settings."""
     import raycompile
+
+    from .wrapper import compat
 
     if not raycompile.is_enabled():
         raycompile.enable()
-    return compile_fx(gm, example_inputs, **kwargs)
+    # Inductor's own backend object: the session's gate on it installs the farm's hooks first
+    return compat.inductor_backend(mode, options)(gm, example_inputs)

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from . import disable, enable, report, stats
+from . import disable, enable, ready, report, stats
 from .models import examples
 from .wrapper import compat
 
@@ -21,11 +21,16 @@ def run_demo(address: str | None = None, num_cpus: int | None = None) -> int:
     t0 = time.perf_counter()
     # an address the user named must be reachable: say so (exit 2) rather than run locally
     enable(address, num_cpus=num_cpus, fallback=False if address else None)
-    from . import _session
-
-    farm = _session.farm if _session is not None else None
-    print(f"Ray ready in {time.perf_counter() - t0:.1f} s; "
-          + (f"{len(farm.nodes)} node(s), {farm.workers()} CPUs" if farm else "farm unreachable: local"))
+    enabled_in = time.perf_counter() - t0
+    try:
+        up = ready()
+    except BaseException:
+        disable()
+        raise
+    where = "an embedded local Ray" if up["embedded"] else f"the Ray cluster at {up['address']}"
+    what = f"{up['nodes']} node(s), {up['workers']} CPUs" if not up["fallback"] else "unreachable, compiling locally"
+    print(f"enable() returned in {enabled_in:.2f} s; {where} was ready {time.perf_counter() - t0:.1f} s after it: "
+          + what)
     ok = True
     rows = []
     try:

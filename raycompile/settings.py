@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import SettingsError
+
+DEFAULT_CACHE_MAX_BYTES = 10 * 2**30
+SIZES = ("cache_max_bytes",)  # settings in the size syntax (raycompile/sizes.py)
 
 
 @dataclass(frozen=True)
@@ -15,7 +18,9 @@ class Settings:
     """How the farm runs. Every field has a ``RAYCOMPILE_<FIELD>`` environment variable, except
     ``address``, which also reads Ray's own ``RAY_ADDRESS``."""
 
-    address: str | None = None  # None: an embedded local Ray; "auto"; "host:6379"; "ray://host:10001"
+    # None: RAY_ADDRESS, else the cluster started on this machine, else an embedded local Ray;
+    # "auto": the same without the embedded Ray; "host:6379"; "ray://host:10001"
+    address: str | None = None
     num_cpus: int | None = None  # CPUs of the embedded local Ray (default: all)
     job_timeout_s: float = 600.0  # one compile job, from submit to result
     connect_timeout_s: float = 30.0  # reaching Ray, and the first-contact version probe
@@ -25,12 +30,24 @@ class Settings:
     cache_dir: str = "~/.cache/raycompile"  # the local tier
     # auto: ray://head on a multi-node cluster, else none | none | ray://head | file:///path | redis://host:port/db
     shared_cache: str = "auto"
-    cluster_dedupe: bool = True  # with a shared tier: drivers missing on one key wait for one compile
-    cache_max_bytes: int = 10 * 2**30  # the local tier's cap (LRU eviction)
+    # drivers of one Ray cluster missing on one key wait for one compile (through the shared tier,
+    # or with none this node's local tier)
+    cluster_dedupe: bool = True
+    # the local tier's cap (LRU eviction), a size such as 20G or 10GiB (raycompile/sizes.py); 0: none.
+    # Unset: the lasting cap of `raycompile cache set-max-size`, else DEFAULT_CACHE_MAX_BYTES
+    cache_max_bytes: int | None = None
     head_cache_dir: str = "~/.cache/raycompile-head"  # where ray://head keeps entries, on the head node
     progress: bool | None = None  # None: a bar only on a terminal and outside Ray jobs
     trace: str | None = None  # write a Chrome/Perfetto trace of the jobs here at disable()
-    autotune: bool = True  # with GPUs in the cluster: benchmark autotune candidates on GPU actors
+    autotune: bool = True  # with GPUs in the cluster: benchmark max-autotune candidates on GPU actors
+    # a Triton kernel's configs (pointwise, reductions): "local" times them on this GPU at the first
+    # run, as stock does, and caches the winner for every other node; "actors" times them on the
+    # GPU actors in parallel (only worth it for kernels with many large configs)
+    autotune_configs: str = "local"
+    # signs every cache entry; default: this user's key for the local tier, the Ray cluster's own
+    # secret for a shared tier when this process joins a cluster (cache/signing.py)
+    secret: str | None = field(default=None, repr=False)
+    profile_gpu_workers: bool = False  # each GPU actor runs its jobs under cProfile (a diagnosis)
 
     @classmethod
     def resolve(cls, **overrides: Any) -> Settings:
@@ -64,8 +81,15 @@ class Settings:
             raise SettingsError(f"num_cpus must be >= 1, got {self.num_cpus}")
         if self.retries < 0:
             raise SettingsError(f"retries must be >= 0, got {self.retries}")
-        if self.cache_max_bytes < 0:
+        if self.cache_max_bytes is not None and self.cache_max_bytes < 0:
             raise SettingsError(f"cache_max_bytes must be >= 0, got {self.cache_max_bytes}")
+        if self.autotune_configs not in ("local", "actors"):
+            raise SettingsError(f"autotune_configs must be 'local' or 'actors', got {self.autotune_configs!r}")
+
+    @property
+    def secret_bytes(self) -> bytes | None:
+        """The ``secret`` setting as a key (None: unset, so the defaults apply)."""
+        return self.secret.encode() if self.secret else None
 
 
 def _check(name: str, value: Any, typ: Any) -> Any:
@@ -85,6 +109,13 @@ def _check(name: str, value: Any, typ: Any) -> Any:
 
 def _parse(name: str, text: str, typ: Any) -> Any:
     kind = str(typ)
+    if name in SIZES:
+        from .sizes import parse_size
+
+        try:
+            return parse_size(text)
+        except SettingsError as e:
+            raise SettingsError(f"{name} (or RAYCOMPILE_{name.upper()}): {e}") from None
     try:
         if "bool" in kind:
             if text.lower() in ("1", "true", "yes", "on"):

@@ -5,6 +5,7 @@ import pathlib
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 
@@ -13,6 +14,10 @@ import pytest
 # Keep Ray quiet and small on 2-core CI machines.
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Ray's temp dir of our own: the clusters these tests start never meet another Ray on this machine
+# (nor its current-cluster file, which raycompile.enable() joins), and vice versa. Short: Ray's
+# socket paths have a length limit.
+os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rt", dir="/tmp")
 
 CORPUS = pathlib.Path(__file__).parent / "fixtures" / "corpus_torch211" / "kernels"
 
@@ -40,8 +45,10 @@ def corpus_files() -> list[pathlib.Path]:
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test gets its own empty raycompile cache (subprocesses inherit it)."""
+    """Each test gets its own empty raycompile cache and user key (subprocesses inherit them)."""
     monkeypatch.setenv("RAYCOMPILE_CACHE_DIR", str(tmp_path / "raycompile-cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("RAYCOMPILE_SECRET", raising=False)
     monkeypatch.setenv("RAYCOMPILE_HEAD_CACHE_DIR", str(tmp_path / "raycompile-head"))
     monkeypatch.delenv("RAYCOMPILE_SHARED_CACHE", raising=False)
 

@@ -18,6 +18,13 @@ from typing import Any
 
 # name -> (module, attribute path). Checked on 2.11.0 and 2.13.0.
 SEAMS: dict[str, tuple[str, str]] = {
+    # the session's gate (raycompile/session.py) and the backend string. Checked on 2.13.0; 2.11.0: to check
+    "_TorchCompileInductorWrapper.__call__": ("torch", "_TorchCompileInductorWrapper.__call__"),
+    "_TorchCompileInductorWrapper.__init__": ("torch", "_TorchCompileInductorWrapper.__init__"),
+    "AsyncCompile.submit": ("torch._inductor.async_compile", "AsyncCompile.submit"),
+    "config.decide_compile_threads": ("torch._inductor.config", "decide_compile_threads"),
+    "config.max_autotune": ("torch._inductor.config", "max_autotune"),
+    "config.max_autotune_gemm": ("torch._inductor.config", "max_autotune_gemm"),
     "AsyncCompile.process_pool": ("torch._inductor.async_compile", "AsyncCompile.process_pool"),
     "AsyncCompile.cpp": ("torch._inductor.async_compile", "AsyncCompile.cpp"),
     "AsyncCompile.cpp_pybinding": ("torch._inductor.async_compile", "AsyncCompile.cpp_pybinding"),
@@ -187,6 +194,81 @@ def check_eager_compile_sites() -> None:
             f"torch {torch.__version__}: Inductor's codegen-time compile sites changed: " + "; ".join(moved)
             + ". Check that each still compiles through AsyncCompile.triton, then update EAGER_COMPILE_SITES."
         )
+
+
+# --- The session's entry: torch.compile's Inductor backend ------------------------------------
+
+
+@contextlib.contextmanager
+def inductor_entry_gated(before: Callable[[], None]) -> Iterator[None]:
+    """Run ``before()`` at the start of every Inductor compile ``torch.compile`` makes (the
+    backend object of ``backend="inductor"``, ``torch._TorchCompileInductorWrapper``, called with
+    the graph Dynamo traced), so the session installs its Inductor hooks there, not at
+    ``enable()``: importing Inductor takes seconds, and stock pays it at the same point. Restored
+    on exit. Imports nothing beyond ``torch``."""
+    import torch
+
+    cls = torch._TorchCompileInductorWrapper
+    stock = cls.__dict__["__call__"]
+
+    @functools.wraps(stock)
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        before()
+        return stock(self, *args, **kwargs)
+
+    cls.__call__ = __call__
+    try:
+        yield
+    finally:
+        cls.__call__ = stock
+
+
+def inductor_loaded() -> bool:
+    """Whether Inductor is imported in this process already (so installing hooks costs ms)."""
+    import sys
+
+    return "torch._inductor.compile_fx" in sys.modules
+
+
+def inductor_backend(mode: str | None, options: dict[str, Any] | None) -> Callable[..., Any]:
+    """What ``torch.compile(backend="inductor", mode=..., options=...)`` compiles with: Inductor
+    with that mode's and those options' config patches (raises RuntimeError, as torch.compile
+    does, for an unknown option)."""
+    import torch
+
+    return torch._TorchCompileInductorWrapper(mode, options, None)
+
+
+@contextlib.contextmanager
+def compile_workers_in_processes() -> Iterator[None]:
+    """Inductor's compile jobs go to ``AsyncCompile.process_pool`` (the farm's seam) while inside.
+
+    torch 2.15 can compile in threads instead (``config.compile_worker_mode`` "thread", or "auto"
+    on a free-threaded Python: ``AsyncCompile.get_worker_pool`` then hands jobs to its
+    ``thread_pool``, past the farm), so the mode is pinned to "process" and restored on exit. A
+    no-op on a torch without the setting (2.11, 2.13)."""
+    config = inductor_config()
+    if not hasattr(config, "compile_worker_mode"):
+        yield
+        return
+    saved = config.compile_worker_mode
+    config.compile_worker_mode = "process"
+    try:
+        yield
+    finally:
+        config.compile_worker_mode = saved
+
+
+def max_autotune_on() -> bool:
+    """Whether the compile running on this thread asked for max-autotune (its mode's or
+    options' config patches are in force while Inductor compiles)."""
+    config = inductor_config()
+    return bool(config.max_autotune or config.max_autotune_gemm)
+
+
+def decide_compile_threads() -> int:
+    """The compile-thread count Inductor would choose on this machine."""
+    return int(inductor_config().decide_compile_threads())
 
 
 # --- Triton kernels ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ cannot take (Ray gone, fallback) goes to the stock pool it replaced, counted in 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import hashlib
@@ -105,12 +106,21 @@ def _to_entry(key: str, result: Built) -> Entry:
 
 class Router:
     """Sends jobs to the cache, then the farm (or the stock pools), and turns results into what
-    Inductor expects."""
+    Inductor expects.
+
+    ``farm`` is the session's ``orchestrator.startup.Startup`` (its ``wait_farm()`` waits for Ray to be
+    up, and says whether to compile locally), or a ``Farm`` itself. Nothing here blocks Inductor's
+    thread on I/O: each request returns a future at once, and its cache lookup, the wait for the
+    farm, unpacking a result and writing it to the tiers run on a small pool of threads, so the
+    kernels of one output module are looked up at once and a slow shared tier delays no other
+    result."""
+
+    IO_THREADS = 8
 
     def __init__(self, farm: Any | None, stats: Any, stock_process_pool: Callable[[], Any],
                  stock_submit: Callable[[Callable[[], Any]], Any], cache: Cache | None = None,
-                 dedupe: Any | None = None) -> None:
-        self.farm = farm
+                 dedupe: Any | None = None, io: concurrent.futures.Executor | None = None) -> None:
+        self._source = farm
         self.cache = cache
         self.dedupe = dedupe  # cluster-wide: orchestrator.coordinator.ClusterDedupe, or None
         self.stats = stats
@@ -119,8 +129,26 @@ class Router:
         self._stock_submit = stock_submit
         self._warned = False
         self._lock = threading.Lock()
+        self._own_io = io is None  # else the session's, which it shuts down
+        self._io = io or concurrent.futures.ThreadPoolExecutor(self.IO_THREADS, thread_name_prefix="raycompile-io")
         # called for each Triton job sent to the farm: the autotune session starts its GPU actors
         self.on_triton_job: Callable[[], None] | None = None
+
+    @property
+    def farm(self) -> Any | None:
+        """The farm if it is up now (never waits)."""
+        source = self._source
+        if source is None or not hasattr(source, "wait_farm"):
+            return source
+        return source.farm if source.farm is not None and source.farm.alive else None
+
+    def _wait_farm(self) -> tuple[Any | None, Any | None]:
+        """(farm, cluster dedupe) once the session's Ray side is up; (None, None): compile locally.
+        Raises what the start raised where falling back is not allowed."""
+        source = self._source
+        if source is None or not hasattr(source, "wait_farm"):
+            return (source if source is not None and source.alive else None), self.dedupe
+        return source.wait_farm(), source.dedupe
 
     # Inductor's process pool interface ---------------------------------------------------------
 
@@ -132,10 +160,17 @@ class Router:
                 ready.set_result(fn(*args))
                 return ready
             return self._stock_process_pool().submit(fn, *args)  # not a compile: stock pool
+        if self.on_triton_job is not None:
+            self.on_triton_job()  # on Inductor's thread: it reads the compile's config
         return self._route(job, lambda: self._stock_process_pool().submit(fn, *args))
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
         """Inductor calls this at exit; the farm is closed by ``raycompile.disable``."""
+
+    def close(self) -> None:
+        """Stop taking requests; those in flight finish on their threads."""
+        if self._own_io:
+            self._io.shutdown(wait=False)
 
     # AsyncCompile.submit (C++ builds) ----------------------------------------------------------
 
@@ -149,42 +184,53 @@ class Router:
 
     def _route(self, job: Job, local: Callable[[], Any]) -> Future[Any]:
         out: Future[Any] = Future()
-        key = cache_key(job) if self.cache is not None else ""
-        if key:
-            entry = self.cache.get(key)
-            if entry is not None:
-                try:
-                    out.set_result(self._unpack(_to_local_paths(entry.blobs, job), entry.blobs.get("payload"), job,
-                                                float(entry.meta.get("seconds", 0.0))))
-                    return out
-                except Exception as e:  # a signed entry that still does not load: compile instead
-                    log.warning("raycompile: cache entry for %s did not load (%s); compiling", job.label, e)
-                    out = Future()
-        if self.farm is None or not self.farm.alive:
-            return self._fallback(local, "the Ray cluster is not reachable")
-
-        def compile() -> Future[Any]:  # resolves after the entry is in the cache
-            if self.on_triton_job is not None and isinstance(job, TritonJob):
-                self.on_triton_job()
-            self.farm.submit(job).add_done_callback(lambda f: self._deliver(f.result(), job, out, local, key))
-            return out
-
-        if key and self.dedupe is not None:  # one driver of the cluster compiles; the others read its entry
-            self.dedupe.run(key, compile, lambda: self._reuse(key, job, out))
-        else:
-            compile()
+        try:
+            self._io.submit(self._resolve, job, local, out)
+        except RuntimeError:  # the session is closing: what stock Inductor would do
+            _chain(self._fallback(local, "raycompile is shutting down"), out)
         return out
 
+    def _resolve(self, job: Job, local: Callable[[], Any], out: Future[Any]) -> None:
+        """On an I/O thread: the cache, else the farm (once it is up), else the stock pools."""
+        try:
+            key = cache_key(job) if self.cache is not None else ""
+            if key and self._reuse(key, job, out):
+                return
+            farm, dedupe = self._wait_farm()
+            if farm is None:
+                _chain(self._fallback(local, "the Ray cluster is not reachable"), out)
+                return
+
+            def compile() -> Future[Any]:  # resolves after the entry is in the cache
+                farm.submit(job).add_done_callback(
+                    lambda f: self._io_or_here(self._deliver, f.result(), job, out, local, key))
+                return out
+
+            if key and dedupe is not None:  # one driver of the cluster compiles; the others read its entry
+                dedupe.run(key, compile, lambda: self._reuse(key, job, out))
+            else:
+                compile()
+        except BaseException as e:  # noqa: BLE001 - raised where Inductor waits (wait_named names the kernel)
+            if not out.done():
+                out.set_exception(e)
+
+    def _io_or_here(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            self._io.submit(fn, *args)
+        except RuntimeError:  # shut down meanwhile: finish on this thread
+            fn(*args)
+
     def _reuse(self, key: str, job: Job, out: Future[Any]) -> bool:
-        """Deliver ``key`` from the cache (another driver compiled it); False if it is not there."""
+        """Deliver ``key`` from the cache; False if it is not there (or does not load)."""
         entry = self.cache.get(key) if self.cache is not None else None
         if entry is None:
             return False
         try:
             value = self._unpack(_to_local_paths(entry.blobs, job), entry.blobs.get("payload"), job,
                                  float(entry.meta.get("seconds", 0.0)))
-        except Exception as e:
-            log.warning("raycompile: cache entry for %s did not load (%s); compiling", job.label, e)
+        except Exception as e:  # a signed entry that still does not load (a torch change): compile
+            log.warning("raycompile: cache entry for %s did not load (%s: %s); compiling", job.label,
+                        type(e).__name__, e)
             return False
         out.set_result(value)
         return True
@@ -214,7 +260,7 @@ class Router:
             if key:
                 self.cache.put(_to_entry(key, result))
             out.set_result(value)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - raised where Inductor waits
             out.set_exception(e)
 
     @staticmethod
@@ -266,7 +312,7 @@ class Hooks:
         ac._ready_future = None
         # Inductor compiles synchronously in-process when it has one compile thread; the farm
         # is the pool, so ask for the asynchronous path whatever this machine's core count.
-        threads = config.compile_threads or config.decide_compile_threads()
+        threads = config.compile_threads or compat.decide_compile_threads()
         config.compile_threads = max(2, threads)
         if self.router.cache is not None:
             from .module_cache import make_backend
@@ -278,6 +324,7 @@ class Hooks:
         # the farm's workers compile with Inductor's ptxas; so does this process (its Triton
         # cache lookups then find the cubins they published)
         self._installed.enter_context(compat.inductor_ptxas())
+        self._installed.enter_context(compat.compile_workers_in_processes())
 
     def _install_output_module(self) -> None:
         """The farm's wrapper codegen (wrapper/codegen.py) for cuda and cpu, and a cache-key tag so
@@ -295,6 +342,7 @@ class Hooks:
 
     def uninstall(self) -> None:
         self._installed.close()
+        self.router.close()
         if not self._saved:
             return
         ac = compat.async_compile_class()

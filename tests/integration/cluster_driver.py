@@ -3,6 +3,9 @@ model through the farm with empty Inductor caches, and saves its stats and outpu
 
     python cluster_driver.py ADDRESS SHARED_URL OUT.pt [BARRIER_DIR]
 
+An empty ADDRESS or SHARED_URL leaves that setting at its default (RAY_ADDRESS, then a cluster
+running on this machine, then an embedded Ray; shared_cache "auto").
+
 With BARRIER_DIR it writes ``ready-<pid>`` there once the farm is enabled and waits for ``go``,
 so that several drivers compile at the same moment."""
 
@@ -21,7 +24,7 @@ from raycompile.wrapper import compat
 
 def main(address: str, shared: str, out_path: str, barrier: str | None = None) -> None:
     model, args = examples()["reduction_tail"]
-    raycompile.enable(address=address or None, shared_cache=shared, fallback=False)
+    raycompile.enable(address=address or None, shared_cache=shared or None, fallback=False)
     try:
         if barrier:
             open(os.path.join(barrier, f"ready-{os.getpid()}"), "w").close()

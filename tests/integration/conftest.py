@@ -20,5 +20,6 @@ def farm_on(local_ray: None) -> Iterator[None]:
     import raycompile
 
     raycompile.enable()
+    raycompile.ready()  # the hooks installed: these tests reach Inductor's pools directly
     yield
     raycompile.disable()

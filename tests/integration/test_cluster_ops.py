@@ -66,14 +66,17 @@ def cli(*args: str, env: dict[str, str] | None = None, cwd: str | None = None,
                           timeout=timeout, check=False, env={**os.environ, **(env or {})}, cwd=cwd)
 
 
-def drivers(n: int, address: str, shared: str, tmp: pathlib.Path) -> list[dict]:
-    """``n`` driver processes (tests/integration/cluster_driver.py), each with an empty local cache,
-    released together once all have joined the cluster; returns what each saved."""
+def drivers(n: int, address: str, shared: str, tmp: pathlib.Path, env: dict[str, str] | None = None,
+            one_node: bool = False) -> list[dict]:
+    """``n`` driver processes (tests/integration/cluster_driver.py), released together once all
+    have joined the cluster; returns what each saved. Each has an empty local cache of its own, as
+    on separate nodes, or with ``one_node`` one empty cache dir for all (processes of one node
+    share it by default)."""
     barrier = tmp / "barrier"
     barrier.mkdir()
     procs = [subprocess.Popen(
         [sys.executable, str(HERE / "cluster_driver.py"), address, shared, str(tmp / f"out-{i}.pt"), str(barrier)],
-        env={**os.environ, "RAYCOMPILE_CACHE_DIR": str(tmp / f"local-{i}")},
+        env={**os.environ, "RAYCOMPILE_CACHE_DIR": str(tmp / ("local" if one_node else f"local-{i}")), **(env or {})},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(n)]
     try:
         deadline = time.monotonic() + 240
@@ -104,6 +107,24 @@ def test_four_drivers_compile_each_kernel_once(head: RayHead, tmp_path: pathlib.
     assert sum(s["jobs"] for s in stats) == alone["jobs"], stats
     assert sum(s["dedupe_cluster"] for s in stats) > 0, stats
     assert all(s["coordinator_unavailable"] == 0 and s["fallbacks"] == 0 for s in stats), stats
+    assert all(torch.equal(r["out"], alone_out) for r in results)
+
+
+def test_drivers_of_one_cluster_compile_each_kernel_once_with_default_settings(
+        head: RayHead, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No address (RAY_ADDRESS names the cluster, as `ray job submit` and `ray start` users have
+    it), no shared tier, no secret: ranks of one job on one node share this node's local cache
+    dir, and the cluster's coordinator has each kernel compiled once between them."""
+    monkeypatch.delenv("RAYCOMPILE_SECRET", raising=False)
+    model, args = examples()["reduction_tail"]
+    alone_out, alone = compile_on_farm(model, args, address=head.address, fallback=False,
+                                       cache_dir=str(tmp_path / "alone"))
+    assert alone["jobs"] > 0
+    results = drivers(3, "", "", tmp_path, env={"RAY_ADDRESS": head.address}, one_node=True)
+    stats = [r["stats"] for r in results]
+    assert sum(s["jobs"] for s in stats) == alone["jobs"], stats
+    assert sum(s["dedupe_cluster"] for s in stats) > 0, stats
+    assert all(s["coordinator_unavailable"] == 0 and s["fallbacks"] == 0 and s["refused"] == 0 for s in stats)
     assert all(torch.equal(r["out"], alone_out) for r in results)
 
 

@@ -263,8 +263,9 @@ class Launcher:  # stands in for a launcher: loading a cubin needs a GPU this ma
 
 
 def test_config_winner_is_cached_and_stitched(cluster: Any, tmp_path: pathlib.Path) -> None:
-    """A kernel's configs are timed on the GPU actors of its model (first run); the winner is
-    filed in the cache, handed to the output module's runtime, and a second run benchmarks nothing."""
+    """``autotune_configs="actors"``: a kernel's configs are timed on the GPU actors of its model
+    (first run); the winner is filed in the cache, handed to the output module's runtime, and a
+    second run benchmarks nothing."""
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
     from raycompile.autotune import AutotuneSession
@@ -280,7 +281,8 @@ def test_config_winner_is_cached_and_stitched(cluster: Any, tmp_path: pathlib.Pa
     args = [torch.randn(64, 512), torch.randn(64, 512), torch.empty(64), 64, 512]
     stats = Stats()
     cache = Cache.from_settings(str(tmp_path / "cache"), "none", 2**30, stats)
-    session = AutotuneSession(stats, cache, Settings.resolve(), group=A, measure=FakeGPUTiming())
+    session = AutotuneSession(stats, cache, Settings.resolve(autotune_configs="actors"), group=A,
+                              measure=FakeGPUTiming())
     try:
         timings = CachingAutotuner.benchmark_all_configs(kernel, *args)
         assert [timings[launcher] for launcher in kernel.launchers] == [fake_ms(c) for c in configs]
@@ -338,6 +340,7 @@ def test_raycompile_autotune_a_user_kernel(cluster: Any) -> None:
 
     raycompile.enable(address="auto", autotune=False, shared_cache="none")
     try:
+        raycompile.ready()  # the session's own hooks installed (autotune=False: none), then the double's
         session = raycompile._session
         session.autotune = AutotuneSession(session.stats, None, session.settings, group=A, measure=FakeGPUTiming())
         configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in (32, 64, 256) for w in (2, 4)]
@@ -356,11 +359,13 @@ def test_raycompile_autotune_a_user_kernel(cluster: Any) -> None:
 
 
 def test_gpu_actors_start_in_the_background_at_the_first_triton_compile(cluster: Any, tmp_path: pathlib.Path) -> None:
-    """Not at ``enable()``, and not inside the first benchmark's wait: the session's GPU actors
-    start in the background when the farm is sent the first GPU kernel to compile, so they are up
-    when the kernel's candidates are timed."""
+    """Not at ``enable()``, and not inside the first benchmark's wait: under max-autotune the
+    session's GPU actors start in the background when the farm is sent the first GPU kernel to
+    compile, so they are up when the kernel's candidates are timed; in default mode (configs timed
+    here) they never start."""
     import functools
 
+    from torch._inductor import config as inductor_config
     from torch._inductor.codecache import _load_triton_kernel_from_source
     from torch._inductor.runtime.compile_tasks import _worker_compile_triton
 
@@ -381,11 +386,15 @@ def test_gpu_actors_start_in_the_background_at_the_first_triton_compile(cluster:
             source = path.read_text()
             name = next(line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def "))
             load = functools.partial(_load_triton_kernel_from_source, name, source)
+            router.submit(_worker_compile_triton, load, {}, compat.triton_extra_config(source)).result(timeout=300)
+            time.sleep(1.0)
+            assert not session.pool.started  # default mode: no benchmark will go to the actors
             started = time.monotonic()
-            done = router.submit(_worker_compile_triton, load, {}, compat.triton_extra_config(source))
+            with inductor_config.patch(max_autotune=True):  # what mode="max-autotune" sets while compiling
+                done = router.submit(_worker_compile_triton, load, {}, compat.triton_extra_config(source))
             assert time.monotonic() - started < 5  # the actors' start does not hold up the compile job
             kernel, _ = done.result(timeout=300)
-            assert farm.stats.jobs == 1 and kernel is not None  # compiled on the farm
+            assert farm.stats.jobs == 1 and kernel is not None  # compiled on the farm (once; then a cache hit)
             deadline = time.monotonic() + 120
             while not session.pool.started and time.monotonic() < deadline:
                 time.sleep(0.2)

@@ -95,6 +95,7 @@ def test_on_off_on_gives_equal_outputs_and_restores_stock(local_ray: None) -> No
     for on in (True, False, True):
         if on:
             raycompile.enable()
+            raycompile.ready()  # the hooks are installed at the first compile, or by ready()
             assert compat.wrapper_codegen_for("cpu") is FarmWrapperCodegen
             assert compat.wrapper_codegen_for("cuda") is FarmWrapperCodegen
             assert torch.compiler.config.cache_key_tag != tag

@@ -253,21 +253,28 @@ def test_a_node_with_another_triton_is_refused_naming_both(cluster: Any, tmp_pat
     node = cluster.add_node(num_cpus=1, env_vars={"PYTHONPATH": path})
     cluster.wait_for_nodes()
     try:
-        with pytest.raises(raycompile.VersionMismatchError) as info:
-            raycompile.enable(address="auto", fallback=False, cache_dir=str(tmp_path / "local"))
-        text = str(info.value)
-        assert f"triton {triton.__version__}" in text and "triton 0.0.1+other" in text
-        assert not raycompile.is_enabled()
+        raycompile.enable(address="auto", cache_dir=str(tmp_path / "local"))  # fallback on: still refused
+        try:
+            with pytest.raises(raycompile.VersionMismatchError) as info:
+                raycompile.ready()
+            text = str(info.value)
+            assert f"triton {triton.__version__}" in text and "triton 0.0.1+other" in text
+            # and a compile that needs the farm fails with it, naming both versions, instead of mixing binaries
+            model, args = examples()["reduction_tail"]
+            with pytest.raises(Exception, match="0.0.1.other"):
+                compile_fresh(model, args)
+            assert raycompile.stats()["jobs"] == 0
+        finally:
+            raycompile.disable()
         assert not list((tmp_path / "local").rglob("manifest.json"))
     finally:
         cluster.remove_node(node)
 
 
 def _hammer(root: str, shared: str, key: str, seed: int) -> None:
-    os.environ["RAYCOMPILE_SECRET"] = SECRET
     from raycompile.orchestrator import Stats
 
-    cache = Cache.from_settings(os.path.join(root, f"local{seed}"), shared, 1 << 30, Stats())
+    cache = Cache.from_settings(os.path.join(root, f"local{seed}"), shared, 1 << 30, Stats(), secret=SECRET.encode())
     for _ in range(20):
         cache.put(Entry(key, {"payload": bytes([7]) * 50_000, "meta": b"m" * 1000}, {"label": "k"}))
         got = cache.get(key)
@@ -293,5 +300,5 @@ def test_eight_processes_hammering_one_key_leave_one_valid_entry(tier: str, tmp_
     from raycompile.orchestrator import Stats
 
     stats = Stats()
-    got = Cache.from_settings(str(tmp_path / "reader"), shared, 1 << 30, stats).get(key)
+    got = Cache.from_settings(str(tmp_path / "reader"), shared, 1 << 30, stats, secret=SECRET.encode()).get(key)
     assert got is not None and stats.shared_hits == 1 and got.blobs["payload"] == bytes([7]) * 50_000

@@ -6,7 +6,7 @@ import time
 
 import pytest
 import torch
-from farmrun import compile_on_farm
+from farmrun import compile_fresh, compile_on_farm
 
 import raycompile
 from raycompile.errors import FarmUnavailableError
@@ -23,8 +23,32 @@ def test_unreachable_ray_falls_back_to_local_compiles(caplog: pytest.LogCaptureF
     assert "cannot reach Ray at 127.0.0.1:1" in caplog.text
 
 
-def test_unreachable_ray_without_fallback_raises_quickly() -> None:
+def test_unreachable_ray_without_fallback_fails_the_compile_quickly() -> None:
+    """fallback=False: the first compile that needs the farm raises FarmUnavailableError (where
+    Inductor waits on the kernel), and so does ready(); nothing hangs."""
+    model, args = examples()["reduction_tail"]
     start = time.monotonic()
-    with pytest.raises(FarmUnavailableError, match="ray start --head"):
-        raycompile.enable(address="127.0.0.1:1", fallback=False)
-    assert time.monotonic() - start < 20 and not raycompile.is_enabled()
+    raycompile.enable(address="127.0.0.1:1", fallback=False)
+    try:
+        with pytest.raises(Exception) as info:
+            compile_fresh(model, args)
+        assert _caused_by(info.value, FarmUnavailableError), info.value
+        assert "ray start --head" in str(_caused_by(info.value, FarmUnavailableError))
+        with pytest.raises(FarmUnavailableError):
+            raycompile.ready()
+        assert raycompile.stats()["jobs"] == 0 and raycompile.stats()["fallbacks"] == 0
+    finally:
+        raycompile.disable()
+    assert time.monotonic() - start < 120
+
+
+def _caused_by(error: BaseException | None, kind: type[BaseException]) -> BaseException | None:
+    """``error`` or the first exception of that ``kind`` in its chain (torch.compile wraps what a
+    backend raised in BackendCompilerFailed)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None

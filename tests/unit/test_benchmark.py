@@ -139,11 +139,7 @@ def test_winners_survive_in_the_cache_tiers(tmp_path: pathlib.Path) -> None:
     assert get_winner(cache, "k1") is None
     put_winner(cache, "k1", winner, {"kernel": "triton_poi_0"})
     assert get_winner(cache, "k1") == winner
-    # another node: an empty local tier, the same shared tier (and secret: the local key file is per dir)
-    import os
-
-    os.makedirs(tmp_path / "b", exist_ok=True)
-    (tmp_path / "b" / "secret.key").write_bytes((tmp_path / "a" / "secret.key").read_bytes())
+    # another process: an empty local tier, the same shared tier (and this user's key)
     other = Cache.from_settings(str(tmp_path / "b"), shared, 2**30, Stats())
     store = WinnerStore(other)
     assert store.get("k1") == winner and store.get("k2") is None
@@ -307,13 +303,51 @@ def test_kernel_configs_ranked_on_actors_and_the_fastest_confirmed_with_the_real
     stats = Stats()
     winners = WinnerStore(None)
     tuner = ConfigTuner(lambda work: [Timing(j.index, on_actors[j.index], gpu="g/0") for j, _ in work], None,
-                        winners, stats, here, verify=3)
+                        winners, stats, here, verify=3, mode="actors")
     timings = tuner.benchmark_all_configs(kernel, lambda *a, **k: pytest.fail("tuned locally"), *args)
     best = min(timings, key=timings.__getitem__)
     assert best is kernel.launchers[0] and timings[best] == 2.0  # confirmed here, with the real arguments
     assert all(k is kernel and list(a) == args and kw == {} for k, a, kw in seen)
     assert stats.benchmarks_verified == 2 and stats.benchmarks_local == 0
     assert winners.get(triton_source_key(name, _source_of(kernel))) == configs[0]
+
+
+def test_by_default_configs_are_timed_here_as_stock_does_and_the_winner_is_filed(tmp_path: pathlib.Path) -> None:
+    """``autotune_configs="local"`` (the default): a kernel's configs are timed by stock Inductor in
+    this process at its first run (no actor is asked); the fastest is filed in the cache, so a
+    later process that loads the kernel answers from it and times nothing."""
+    from raycompile.cache.winners import WinnerStore
+    from raycompile.wrapper import compat
+    from raycompile.wrapper.autotune import ConfigTuner, triton_source_key
+
+    kernel, name, _ = _corpus_kernel("def triton_poi_fused__to_copy__unsafe_view_add_bmm_cat_cos_mul")
+    kernel.launchers = [_Launcher(c) for c in kernel.configs]
+    configs = [compat.config_dict(c) for c in kernel.configs]
+    stock_ms = [3.0 - 0.25 * i for i in range(len(configs))]
+    stock_ms[1] = float("inf")  # a config that failed here
+    calls: list[tuple[object, ...]] = []
+
+    def stock(k: object, *a: object, **kw: object) -> dict[object, float]:
+        calls.append((k, a, kw))
+        return dict(zip(kernel.launchers, stock_ms))
+
+    def no_actors(work: object) -> list[Timing]:
+        raise AssertionError("an actor was asked")
+
+    args = (torch.randn(64, 512), 64)
+    cache = Cache.from_settings(str(tmp_path / "a"), f"file://{tmp_path / 'shared'}", 2**30, Stats())
+    stats = Stats()
+    tuner = ConfigTuner(no_actors, cache, WinnerStore(cache), stats, mode="local")
+    timings = tuner.benchmark_all_configs(kernel, stock, *args, stream=0)
+    assert timings == dict(zip(kernel.launchers, stock_ms)) and calls == [(kernel, args, {"stream": 0})]
+    assert stats.benchmarks == 0 and stats.benchmarks_local == 1
+    key = triton_source_key(name, _source_of(kernel))
+    # another process, empty local tier: the winner comes from the shared tier, nothing is timed
+    other = Cache.from_settings(str(tmp_path / "b"), f"file://{tmp_path / 'shared'}", 2**30, Stats())
+    assert WinnerStore(other).get(key) == configs[-1]
+    later = ConfigTuner(no_actors, other, WinnerStore(other), Stats(), mode="local")
+    again = later.benchmark_all_configs(kernel, lambda *a, **k: pytest.fail("timed again"), *args)
+    assert min(again, key=again.__getitem__) is kernel.launchers[-1]
 
 
 def _source_of(kernel: object) -> str:

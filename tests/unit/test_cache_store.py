@@ -10,7 +10,7 @@ import time
 import pytest
 
 from raycompile.cache import Entry, FileTier, Miss
-from raycompile.cache.signing import load_secret
+from raycompile.cache.signing import derive, load_secret, user_key_file
 from raycompile.cache.store import manifest_for
 
 SECRET = b"s" * 32
@@ -73,6 +73,20 @@ def test_an_entry_signed_with_another_secret_is_refused(tmp_path: pathlib.Path) 
     assert isinstance(miss, Miss) and miss.reason == "refused"
 
 
+def test_a_shared_entry_of_another_secret_stays_for_its_owner_a_local_one_is_dropped(tmp_path: pathlib.Path) -> None:
+    """Two clusters with different secrets on one shared tier must not delete each other's
+    entries: the reader that refuses one leaves it (and cannot replace it); in the local tier,
+    this user's own, a refused entry is dropped and the next write repairs it."""
+    e = entry()
+    FileTier(str(tmp_path / "shared"), b"cluster one", "shared").put(e)
+    two = FileTier(str(tmp_path / "shared"), b"cluster two", "shared")
+    assert two.get(e.key).reason == "refused" and two.put(e) == 0
+    assert isinstance(FileTier(str(tmp_path / "shared"), b"cluster one", "shared").get(e.key), Entry)
+    FileTier(str(tmp_path / "local"), b"old key", "local").put(e)
+    mine = FileTier(str(tmp_path / "local"), SECRET, "local")
+    assert mine.get(e.key).reason == "refused" and mine.put(e) == e.size and isinstance(mine.get(e.key), Entry)
+
+
 def test_a_tampered_manifest_is_refused(tmp_path: pathlib.Path) -> None:
     tier = FileTier(str(tmp_path), SECRET)
     e = entry()
@@ -122,11 +136,26 @@ def test_eight_processes_same_and_different_keys(tmp_path: pathlib.Path) -> None
     assert leftovers == []
 
 
-def test_secret_key_file_is_private(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RAYCOMPILE_SECRET", raising=False)
-    path = tmp_path / "d" / "secret.key"
-    key = load_secret(str(path))
-    assert len(key) == 64 and load_secret(str(path)) == key
-    assert (path.stat().st_mode & 0o777) == 0o600
-    monkeypatch.setenv("RAYCOMPILE_SECRET", "cluster-wide")
-    assert load_secret(str(path)) == b"cluster-wide"
+def test_the_user_key_is_private_and_outside_the_cache_dir(tmp_path: pathlib.Path) -> None:
+    path = pathlib.Path(user_key_file())
+    assert path.is_relative_to(tmp_path / "config")  # XDG_CONFIG_HOME (conftest), not RAYCOMPILE_CACHE_DIR
+    key = load_secret()
+    assert len(key) == 64 and load_secret() == key == path.read_bytes()
+    assert (path.stat().st_mode & 0o777) == 0o600 and (path.parent.stat().st_mode & 0o077) == 0
+
+
+def test_processes_creating_the_user_key_at_once_agree(tmp_path: pathlib.Path) -> None:
+    import subprocess
+    import sys
+
+    code = "from raycompile.cache.signing import derive, load_secret, user_key_file; print(load_secret().decode())"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(6)]
+    keys = {p.communicate(timeout=60)[0].strip() for p in procs}
+    assert len(keys) == 1 and keys == {load_secret().decode()}
+    assert [p.name for p in pathlib.Path(user_key_file()).parent.iterdir()] == ["secret.key"]  # no temp files left
+
+
+def test_a_derived_key_differs_from_its_source_and_is_stable() -> None:
+    key = load_secret()
+    assert derive(key, "cluster-secret") == derive(key, "cluster-secret") != key
+    assert derive(key, "cluster-secret") != derive(b"another user's key", "cluster-secret")

@@ -1,0 +1,275 @@
+"""What turning raycompile on costs, and what a warm node gets, against stock PyTorch in the same run.
+
+    python benchmarks/overhead.py [--models gpt2 mixtral bert] [--cases ...] [--label NAME]
+
+A training step (forward, loss, backward) of models built from transformers configs (random
+weights; bf16 on a GPU, fp32 small on a CPU). Each case is a NEW process; the parent times it from
+its start (``Popen``) to its first output, and the child reports its imports (torch, transformers),
+the model's build, ``raycompile.enable()`` and the first call apart:
+
+- stock cold: empty Inductor/Triton caches; it also saves a Mega-Cache
+  (``torch.compiler.save_cache_artifacts``);
+- stock warm: the same node again (FX-graph cache hit);
+- Mega-Cache, fresh node: empty caches, ``load_cache_artifacts`` of that Mega-Cache, then the call;
+- farm cold (default settings, joining the running Ray cluster; shared tier ``file://`` or
+  ``ray://head``);
+- farm warm, fresh node: empty local raycompile, Inductor and Triton caches, the same shared tier.
+
+A Ray cluster is started first (``ray start --head``), as on a node of a cluster; raycompile
+joins it with no address (its current-cluster file) and no secret (the cluster holds one).
+Prints a table with the ratios to stock, writes JSON and a PNG under benchmarks/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+HERE = pathlib.Path(__file__).resolve().parent
+CASES = ("stock-cold", "stock-warm", "megacache", "farm-cold-file", "farm-warm-file", "farm-cold-head",
+         "farm-warm-head")
+
+
+# -- the child: one case, one process ---------------------------------------------------------------
+
+
+def build(model: str, device: str) -> tuple[Any, tuple[Any, ...]]:
+    """(step, args): a training step of ``model`` built from its transformers config."""
+    import torch
+
+    torch.manual_seed(0)
+    gpu = device == "cuda"
+    dtype = torch.bfloat16 if gpu else torch.float32
+    batch, seq = (4, 512) if gpu else (2, 64)
+    if model == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cfg = GPT2Config(n_layer=4, n_embd=768 if gpu else 128, n_head=12 if gpu else 4, vocab_size=8192,
+                         n_positions=1024)
+        m = GPT2LMHeadModel(cfg)
+    elif model == "mixtral":
+        from transformers import MixtralConfig, MixtralForCausalLM
+
+        cfg = MixtralConfig(hidden_size=512 if gpu else 128, intermediate_size=1024 if gpu else 256,
+                            num_hidden_layers=2, num_attention_heads=8 if gpu else 4,
+                            num_key_value_heads=4 if gpu else 2,
+                            num_local_experts=8, num_experts_per_tok=2, vocab_size=8192,
+                            max_position_embeddings=1024)
+        m = MixtralForCausalLM(cfg)
+    elif model == "bert":
+        from transformers import BertConfig, BertForMaskedLM
+
+        cfg = BertConfig(num_hidden_layers=4, hidden_size=768 if gpu else 128, num_attention_heads=12 if gpu else 4,
+                         intermediate_size=3072 if gpu else 512, vocab_size=8192)
+        m = BertForMaskedLM(cfg)
+    else:
+        raise SystemExit(f"unknown model {model!r}: gpt2, mixtral or bert")
+    m = m.to(device=device, dtype=dtype).train()
+    ids = torch.randint(0, 8192, (batch, seq), device=device)
+
+    def step(ids: torch.Tensor) -> torch.Tensor:
+        loss = m(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss
+
+    return step, (ids,)
+
+
+def child(case: str, model: str, device: str, megacache: str) -> None:
+    t0 = time.perf_counter()
+    import torch
+    import transformers  # noqa: F401 - counted with the imports
+
+    t_import = time.perf_counter() - t0
+    farm = case.startswith("farm")
+    t1 = time.perf_counter()
+    if farm:
+        import raycompile
+
+        raycompile.enable()
+    t_enable = time.perf_counter() - t1
+    t_load = 0.0
+    if case == "megacache":
+        t = time.perf_counter()
+        torch.compiler.load_cache_artifacts(pathlib.Path(megacache).read_bytes())
+        t_load = time.perf_counter() - t
+    t2 = time.perf_counter()
+    step, args = build(model, device)
+    t_build = time.perf_counter() - t2
+    t3 = time.perf_counter()
+    loss = torch.compile(step)(*args)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    first_output = time.time()
+    t_call = time.perf_counter() - t3
+    stats: dict[str, Any] = {}
+    if farm:
+        import raycompile
+
+        stats = raycompile.stats()
+        raycompile.disable()
+    if case == "stock-cold":
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is not None:
+            pathlib.Path(megacache).write_bytes(saved[0])
+    print("RESULT " + json.dumps({
+        "imports_s": t_import, "enable_s": t_enable, "load_s": t_load, "build_s": t_build, "call_s": t_call,
+        "first_output_epoch": first_output, "loss": float(loss.float()),
+        "jobs": stats.get("jobs"), "benchmarks": stats.get("benchmarks"),
+        "tuned_here": stats.get("benchmarks_local"), "winners_cached": stats.get("autotune_cached"),
+        "fallbacks": stats.get("fallbacks"), "refused": stats.get("refused"), "shared_hits": stats.get("shared_hits"),
+    }), flush=True)
+
+
+# -- the parent ----------------------------------------------------------------------------------
+
+
+def run_case(case: str, model: str, device: str, env: dict[str, str], megacache: str, timeout: float) -> dict:
+    started = time.time()
+    proc = subprocess.run([sys.executable, __file__, "--child", case, "--models", model, "--device", device,
+                           "--megacache", megacache], capture_output=True, text=True, env={**os.environ, **env},
+                          timeout=timeout, check=False)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[7:])
+            result["start_to_output_s"] = result.pop("first_output_epoch") - started
+            return result
+    raise RuntimeError(f"{model} {case} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+
+
+def start_ray(work: pathlib.Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """A head node on this machine, as `ray start --head` gives an operator, in a Ray temp dir of
+    this run's own (so its current-cluster file is this run's, and no other Ray is touched);
+    returns the blocking `ray start` process (SIGTERM ends the cluster) and the env to join it."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tmp = tempfile.mkdtemp(prefix="ro", dir="/tmp")  # short: Ray's socket paths have a length limit
+    env = {"RAY_TMPDIR": tmp, "RAYCOMPILE_HEAD_CACHE_DIR": str(work / "head")}
+    # the `ray` command, wherever ray is installed; --block: Ray ends its processes when this one ends
+    proc = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
+                             f"--port={port}", "--disable-usage-stats", "--include-dashboard=false"],
+                            env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = pathlib.Path(tmp, "ray", "ray_current_cluster")
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("ray start --head did not come up")
+        time.sleep(0.2)
+    return proc, env
+
+
+def stop_ray(proc: subprocess.Popen[bytes]) -> None:
+    """End the head this run started (never `ray stop`: it ends every Ray on the machine)."""
+    import signal
+
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def fresh(work: pathlib.Path, tag: str) -> dict[str, str]:
+    """Empty Inductor, Triton and raycompile caches: a node that never compiled this model."""
+    d = work / tag
+    return {"TORCHINDUCTOR_CACHE_DIR": str(d / "inductor"), "TRITON_CACHE_DIR": str(d / "triton"),
+            "RAYCOMPILE_CACHE_DIR": str(d / "raycompile")}
+
+
+def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray_env: dict[str, str],
+              timeout: float) -> dict[str, dict]:
+    megacache = str(work / f"{model}.megacache")
+    stock = fresh(work, f"{model}-stock")
+    envs = {
+        "stock-cold": stock, "stock-warm": stock, "megacache": fresh(work, f"{model}-mega"),
+        "farm-cold-file": {**fresh(work, f"{model}-farm-file-a"), **ray_env,
+                           "RAYCOMPILE_SHARED_CACHE": f"file://{work / model / 'shared'}"},
+        "farm-warm-file": {**fresh(work, f"{model}-farm-file-b"), **ray_env,
+                           "RAYCOMPILE_SHARED_CACHE": f"file://{work / model / 'shared'}"},
+        "farm-cold-head": {**fresh(work, f"{model}-farm-head-a"), **ray_env, "RAYCOMPILE_SHARED_CACHE": "ray://head"},
+        "farm-warm-head": {**fresh(work, f"{model}-farm-head-b"), **ray_env, "RAYCOMPILE_SHARED_CACHE": "ray://head"},
+    }
+    out = {}
+    for case in CASES:
+        if case in cases:
+            out[case] = run_case(case, model, device, envs[case], megacache, timeout)
+            r = out[case]
+            print(f"  {model:<8}{case:<16} start->output {r['start_to_output_s']:7.2f} s  "
+                  f"(imports {r['imports_s']:.2f}, "
+                  f"enable {r['enable_s']:.2f}, load {r['load_s']:.2f}, build {r['build_s']:.2f}, "
+                  f"first call {r['call_s']:.2f})  jobs {r['jobs']}  loss {r['loss']:.6f}", flush=True)
+    return out
+
+
+def table(results: dict[str, dict[str, dict]]) -> str:
+    lines = [f"{'model':<9}{'case':<17}{'enable s':>9}{'first call s':>13}{'start->output s':>16}"
+             f"{'x stock':>9}{'jobs':>6}{'benchmarks':>11}{'loss':>12}"]
+    for model, rows in results.items():
+        for case, r in rows.items():
+            base = rows.get("stock-cold" if "cold" in case else "stock-warm")
+            ratio = r["start_to_output_s"] / base["start_to_output_s"] if base else float("nan")
+            lines.append(f"{model:<9}{case:<17}{r['enable_s'] + r['load_s']:>9.2f}{r['call_s']:>13.2f}"
+                         f"{r['start_to_output_s']:>16.2f}{ratio:>9.2f}{r['jobs'] if r['jobs'] is not None else '':>6}"
+                         f"{r['benchmarks'] if r['benchmarks'] is not None else '':>11}{r['loss']:>12.6f}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--child")
+    p.add_argument("--megacache", default="")
+    p.add_argument("--models", nargs="+", default=["gpt2", "mixtral"])
+    p.add_argument("--cases", nargs="+", default=list(CASES), choices=CASES)
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds one case may take")
+    p.add_argument("--label", default="local")
+    p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
+    args = p.parse_args()
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.child:
+        child(args.child, args.models[0], device, args.megacache)
+        return 0
+    work = pathlib.Path(tempfile.mkdtemp(prefix="overhead-"))
+    where = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
+    print(f"overhead: {where}, torch {torch.__version__}, models {' '.join(args.models)}", flush=True)
+    ray_proc, ray_env = start_ray(work)
+    results: dict[str, dict[str, dict]] = {}
+    try:
+        for model in args.models:
+            results[model] = run_model(model, device, args.cases, work, ray_env, args.timeout)
+    finally:
+        stop_ray(ray_proc)
+    print()
+    print(table(results))
+    same = {m: len({round(r["loss"], 6) for r in rows.values()}) == 1 for m, rows in results.items()}
+    print(f"\nthe same loss in every case: {same}")
+    doc = {"device": where, "torch": torch.__version__, "cpus": os.cpu_count(), "results": results}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"overhead_{args.label}.json"
+    path.write_text(json.dumps(doc, indent=1))
+    try:
+        sys.path.insert(0, str(HERE))
+        from plot import grouped_bars_png
+
+        png = grouped_bars_png(results, path.with_suffix(".png"), f"process start to first output, {where}")
+        print(f"wrote {path} and {png}")
+    except ImportError:
+        print(f"wrote {path} (no plot: pip install matplotlib)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Joining Ray: which cluster an address means, and a connection that fails within a time-out.
+
+The address rules are Ray's own (``ray.init``):
+- none given: ``RAY_ADDRESS``, else the cluster started on this machine (Ray's current-cluster
+  file, ``$RAY_TMPDIR/ray/ray_current_cluster``), else a new embedded local Ray;
+- ``auto``: the same, but with nothing running it is an error instead of an embedded Ray;
+- ``host:port`` / ``ray://host:port``: that cluster.
+
+Ray retries an address nobody answers for minutes (a crashed cluster leaves its current-cluster
+file behind). Here every address is first checked with a TCP connect: an address from the file
+that does not answer is ignored when none was asked for (an embedded Ray starts) and an error for
+``auto``, so a bad address fails within ``connect_timeout_s``, the same way for ``enable()``,
+``demo``, ``status`` and ``precompile``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+from dataclasses import dataclass
+
+from ..errors import FarmUnavailableError
+from ..settings import Settings
+
+log = logging.getLogger("raycompile.connect")
+
+EMBEDDED = "an embedded local Ray"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where ``connect`` goes: ``address`` (None: start an embedded local Ray) and where it came
+    from, for messages."""
+
+    address: str | None
+    source: str  # "argument" | "RAY_ADDRESS" | "current-cluster file" | "this process" | "embedded"
+
+    @property
+    def joins(self) -> bool:
+        """Whether this joins a cluster others can join too (not a new embedded Ray)."""
+        return self.address is not None
+
+
+@dataclass(frozen=True)
+class Joined:
+    """A connection made by ``connect``: whether this call started Ray (so closing it is ours)
+    and whether that Ray is a new embedded one, private to this process."""
+
+    target: Target
+    owns: bool
+
+    @property
+    def embedded(self) -> bool:
+        return self.target.address is None
+
+
+def current_cluster_file() -> str:
+    """Ray's current-cluster file: where `ray start` records the cluster it started on this
+    machine (``ray._common.utils.get_ray_address_file``, computed without importing Ray)."""
+    root = os.environ.get("RAY_TMPDIR") or (os.environ.get("TMPDIR") if sys.platform.startswith("linux") else None)
+    return os.path.join(root or "/tmp", "ray", "ray_current_cluster")
+
+
+def _read_current_cluster() -> str | None:
+    try:
+        with open(current_cluster_file()) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def answers(address: str, timeout: float) -> str | None:
+    """None when something accepts a TCP connection at ``address`` (host:port, ray://host:port),
+    else why not."""
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        return "expected host:port, ray://host:port or auto"
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout, 10.0)):
+            return None
+    except OSError as e:
+        return f"nothing answers there ({e})"
+
+
+def resolve(settings: Settings, check_remote: bool = True) -> Target:
+    """The cluster ``settings.address`` means (module docstring). Reads only local state and
+    TCP-checks the address it finds; an explicit address is checked too unless ``check_remote``
+    is False (then the caller checks it, off the critical path).
+
+    Raises FarmUnavailableError for an explicit address nobody answers, for ``auto`` with no
+    cluster running on this machine, and for ``auto`` with a stale current-cluster file."""
+    address = settings.address
+    ray = sys.modules.get("ray")  # never imported here just to ask: that costs a second
+    if ray is not None and ray.is_initialized():
+        return Target(ray.get_runtime_context().gcs_address, "this process")
+    if address == "auto" and os.environ.get("RAY_ADDRESS"):
+        address = os.environ["RAY_ADDRESS"]
+    if address and address != "auto":
+        if check_remote and (why := answers(address, settings.connect_timeout_s)):
+            raise FarmUnavailableError(address, why)
+        return Target(address, "argument")
+    found = _read_current_cluster()
+    if found is not None:
+        why = answers(found, settings.connect_timeout_s)
+        if why is None:
+            return Target(found, "current-cluster file")
+        if address == "auto":
+            raise FarmUnavailableError("auto", f"Ray's current-cluster file {current_cluster_file()} names {found}, "
+                                               f"where {why}: that cluster crashed or was stopped")
+        log.info("raycompile: ignoring Ray's stale current-cluster file %s (%s: %s); starting an embedded Ray",
+                 current_cluster_file(), found, why)
+    elif address == "auto":
+        raise FarmUnavailableError("auto", "no Ray cluster is running on this machine (no RAY_ADDRESS, no "
+                                           f"current-cluster file at {current_cluster_file()})")
+    return Target(None, "embedded")
+
+
+class _DropNoise(logging.Filter):
+    """Ray's notes that say nothing to a raycompile user: token authentication on for a cluster
+    raycompile started itself, and no SIGTERM handler for a connection made off the main thread."""
+
+    NOISE = ("Token authentication is enabled for this Ray cluster", "SIGTERM handler is not set")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(n in record.getMessage() for n in self.NOISE)
+
+
+_NOISE = _DropNoise()
+
+
+def _quiet_ray() -> None:
+    for name in ("ray._private.worker", "ray._private.authentication.authentication_token_setup"):
+        logger = logging.getLogger(name)
+        if _NOISE not in logger.filters:
+            logger.addFilter(_NOISE)
+
+
+def connect(settings: Settings, target: Target | None = None) -> Joined:
+    """Join the cluster ``target`` names (``resolve(settings)`` when None), or start an embedded
+    local Ray. Returns what was joined; ``owns`` says this call started the connection (so the
+    caller shuts Ray down). A process already connected keeps its connection.
+
+    Raises FarmUnavailableError when the address does not answer, or when this process is
+    connected to another cluster than the one ``settings.address`` names."""
+    import ray
+
+    if ray.is_initialized():
+        current = ray.get_runtime_context().gcs_address
+        address = settings.address
+        # Ray names a cluster by its node's IP (127.0.0.1 becomes 192.0.2.2): compare the ports
+        if address and address != "auto" and not address.startswith("ray://") and \
+                address.rpartition(":")[2] != current.rpartition(":")[2]:
+            raise FarmUnavailableError(address, f"this process is already connected to Ray at {current}; "
+                                                "call ray.shutdown() first")
+        return Joined(Target(current, "this process"), owns=False)
+    target = target or resolve(settings)
+    if target.address is not None and target.source == "argument" and (
+            why := answers(target.address, settings.connect_timeout_s)):
+        raise FarmUnavailableError(target.address, why)
+    _quiet_ray()
+    try:
+        if target.address is not None:
+            ray.init(address=target.address, namespace=settings.namespace, log_to_driver=False,
+                     logging_level=logging.WARNING)
+        else:
+            ray.init(address="local", num_cpus=settings.num_cpus, namespace=settings.namespace,
+                     include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    except Exception as e:
+        raise FarmUnavailableError(target.address or EMBEDDED, f"{type(e).__name__}: {e}") from e
+    return Joined(target, owns=True)

@@ -1,0 +1,247 @@
+"""The session's Ray side, brought up in the background so that ``enable()`` returns at once.
+
+Two stages, each published as soon as it is done:
+1. connected: Ray joined (or an embedded one started), the shared tier's secret known (the
+   cluster's, orchestrator/secret.py, when this process joins a cluster) and the shared tier made
+   (``shared``, a future the cache's ``DeferredTier`` waits on: cache lookups wait for this stage
+   only, never for the next);
+2. ready: every node probed (torch/triton versions), the farm dispatching, the cluster-wide dedupe
+   coordinator found (``wait_farm()`` waits for this stage: the first cache MISS does).
+
+Every wait has a time-out. If Ray cannot be reached, ``wait_farm()`` answers None (compile locally,
+counted as fallbacks) when ``fallback`` is on, and raises FarmUnavailableError otherwise; any
+other failure of the start (a node with another torch or triton) is raised by ``wait_farm()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+from ..cache.store import Tier
+from ..cache.tiered import shared_tier
+from ..errors import FarmUnavailableError
+from ..settings import Settings
+from .connect import EMBEDDED, Joined, Target, connect
+from .progress import Progress
+from .stats import Stats
+
+log = logging.getLogger("raycompile.startup")
+
+
+class Startup:
+    """Starts at construction; ``close()`` tears down what it brought up (and waits, bounded, for
+    a start still in progress). ``user_key`` signs a shared tier when no cluster holds a secret."""
+
+    def __init__(self, settings: Settings, stats: Stats, progress: Progress | None, user_key: bytes,
+                 target: Target | None = None) -> None:
+        self.settings, self.stats, self.progress = settings, stats, progress
+        self._user_key, self._target = user_key, target
+        self.shared: Future[Tier | None] = Future()
+        self.shared_url = settings.shared_cache
+        self.joined: Joined | None = None
+        self.farm: Any = None  # orchestrator.farm.Farm
+        self.dedupe: Any = None  # orchestrator.coordinator.ClusterDedupe
+        self.error: BaseException | None = None
+        self.seconds: dict[str, float] = {}  # stage -> seconds from the start (what report() shows)
+        self._ready = threading.Event()
+        self._closing = threading.Event()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._gpu_pool: Any = None
+        self._warned = False
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="raycompile-start", daemon=True)
+        self._thread.start()
+
+    # -- the background start ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._start()
+        except BaseException as e:  # noqa: BLE001 - reported by wait_farm() and ready(), never lost
+            self.error = e
+            if not self.shared.done():  # without Ray: file:// and redis:// still work, with this user's key
+                url = "none" if self.shared_url in ("auto", "ray://head") else self.shared_url
+                self.shared_url = url
+                self.shared.set_result(self._make_shared(url, self.settings.secret_bytes or self._user_key))
+            self._warn_fallback(e)
+            self._closing.set()  # nothing to keep Ray up for
+        finally:
+            self._ready.set()
+        # An embedded Ray's processes die with the THREAD that started them (ray.init sets
+        # prctl(PR_SET_PDEATHSIG) on them: ray/_private/services.py), so this thread lives as
+        # long as the session, and ends Ray itself.
+        self._closing.wait()
+        with self._lock:
+            joined, self.joined = self.joined, None
+        if joined is not None:
+            self._shutdown(joined)
+
+    def _start(self) -> None:
+        settings = self.settings
+        joined = connect(settings, self._target)
+        if not self._keep(joined=joined):
+            return
+        self.seconds["connected"] = time.monotonic() - self._t0
+        url = settings.shared_cache
+        if url == "auto":  # a tier every node reads, where there are several nodes
+            url = "ray://head" if self._alive_nodes() > 1 else "none"
+        self.shared_url = url
+        self.shared.set_result(self._make_shared(url, self._shared_secret(joined)))
+        from .farm import Farm
+
+        farm = Farm(settings, self.stats, self.progress)
+        if not self._keep(farm=farm):
+            return
+        self.seconds["ready"] = time.monotonic() - self._t0
+        if settings.cluster_dedupe and joined.target.joins:
+            # drivers of one cluster that miss on the same key wait for one compile; with no
+            # shared tier they share entries through this node's local tier (the same cache dir)
+            from .coordinator import ClusterDedupe
+
+            local = os.path.abspath(os.path.expanduser(settings.cache_dir))
+            scope = url if url not in ("", "none") else f"node:{self._node_id()}:{local}"
+            self._keep(dedupe=ClusterDedupe.start(settings, self.stats, scope=scope))
+
+    def _keep(self, **parts: Any) -> bool:
+        """Publish ``parts`` unless the session closed meanwhile (then close them: nobody will;
+        a connection is published either way, for this thread to end)."""
+        with self._lock:
+            if "joined" in parts:
+                self.joined = parts["joined"]
+            if not self._closed:
+                for name, value in parts.items():
+                    setattr(self, name, value)
+                return True
+        for name, value in parts.items():
+            if name != "joined" and value is not None:
+                value.close()
+        return False
+
+    def _shared_secret(self, joined: Joined) -> bytes:
+        if self.settings.secret_bytes:
+            return self.settings.secret_bytes
+        if joined.embedded:  # a Ray private to this process: nobody else to agree with
+            return self._user_key
+        from .secret import cluster_secret
+
+        return cluster_secret(self._user_key)
+
+    def _make_shared(self, url: str, secret: bytes) -> Tier | None:
+        if url == "ray://head":
+            from .cache_service import RayHeadTier
+
+            return RayHeadTier(secret, root=self.settings.head_cache_dir, namespace=self.settings.namespace,
+                               timeout_s=self.settings.connect_timeout_s)
+        return shared_tier(url, secret)
+
+    @staticmethod
+    def _alive_nodes() -> int:
+        import ray
+
+        return sum(1 for n in ray.nodes() if n.get("Alive"))
+
+    @staticmethod
+    def _node_id() -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def _warn_fallback(self, e: BaseException) -> None:
+        if isinstance(e, FarmUnavailableError) and self.settings.fallback and not self._warned:
+            self._warned = True
+            log.warning("raycompile: %s\nCompiling locally with stock Inductor; each local compile is counted "
+                        "in raycompile.stats()['fallbacks'].", e)
+
+    # -- what the session asks -----------------------------------------------------------------
+
+    @property
+    def wait_s(self) -> float:
+        """How long a compile waits for the start: reaching Ray, then the first-contact probe."""
+        return 2 * self.settings.connect_timeout_s
+
+    def wait_farm(self, timeout: float | None = None) -> Any:
+        """The farm once the start is done (waiting at most ``timeout``, default ``wait_s``); None
+        when Ray is unreachable and ``fallback`` is on (compile locally).
+
+        Raises FarmUnavailableError when Ray is unreachable (or still starting after the wait)
+        and ``fallback`` is off, and whatever else failed the start (VersionMismatchError)."""
+        if not self._ready.wait(self.wait_s if timeout is None else timeout):
+            error = FarmUnavailableError(self._where(), f"Ray did not come up within {self.wait_s:.0f} s "
+                                                        "(raise RAYCOMPILE_CONNECT_TIMEOUT_S if it starts slowly)")
+            if not self.settings.fallback:
+                raise error
+            self._warn_fallback(error)
+            return None
+        if self.error is not None:
+            if isinstance(self.error, FarmUnavailableError) and self.settings.fallback:
+                return None
+            raise self.error
+        farm = self.farm
+        return farm if farm is not None and farm.alive else None
+
+    def _where(self) -> str:
+        target = self.joined.target if self.joined else self._target
+        return (target.address if target else self.settings.address) or EMBEDDED
+
+    def ready(self, timeout: float | None = None) -> dict[str, Any]:
+        """Wait for the start; what it brought up (address, nodes, workers, shared tier, seconds).
+        Raises as ``wait_farm`` does."""
+        farm = self.wait_farm(timeout)
+        return {"address": self._where(), "embedded": bool(self.joined and self.joined.embedded),
+                "nodes": len(farm.nodes) if farm else 0, "workers": farm.workers() if farm else 0,
+                "shared_cache": self.shared_url, "fallback": farm is None, "seconds": dict(self.seconds)}
+
+    def gpu_pool(self, timeout: float | None = None) -> Any:
+        """The session's GPU actors (``orchestrator.gpu_pool.GPUPool``, made once the farm is up,
+        its actors started lazily), or None without Ray."""
+        try:
+            farm = self.wait_farm(timeout)
+        except Exception:  # the compile that needed the farm reports it
+            return None
+        if farm is None:
+            return None
+        with self._lock:
+            if self._gpu_pool is None and not self._closed:
+                from .gpu_pool import GPUPool
+
+                self._gpu_pool = GPUPool(self.stats, job_timeout_s=self.settings.job_timeout_s,
+                                         profile=self.settings.profile_gpu_workers)
+            return self._gpu_pool
+
+    def started_gpu_pool(self) -> Any:
+        """The GPU pool if it exists already (never waits, never makes one)."""
+        return self._gpu_pool
+
+    def node_names(self) -> dict[str, str]:
+        farm = self.farm if self._ready.is_set() else None
+        return {n: info["hostname"] for n, info in farm.nodes.items()} if farm is not None else {}
+
+    def close(self) -> None:
+        """Close what the start brought up, in reverse order; Ray last, if this session started it
+        (on the start's own thread: see ``_run``). Waits, bounded, for a start in progress."""
+        with self._lock:
+            self._closed = True
+            pool, self._gpu_pool = self._gpu_pool, None
+            parts = [self.dedupe, pool, self.farm]
+        for part in parts:
+            if part is not None:
+                part.close()
+        self._closing.set()
+        self._thread.join(timeout=self.settings.connect_timeout_s)
+        if self._thread.is_alive():  # stuck inside ray.init: it closes what it makes when it returns
+            log.warning("raycompile: Ray is still connecting after %.0f s; leaving it to finish in the background",
+                        self.settings.connect_timeout_s)
+
+    @staticmethod
+    def _shutdown(joined: Joined) -> None:
+        if joined.owns:
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()

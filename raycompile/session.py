@@ -1,0 +1,174 @@
+"""One raycompile session: what ``enable()`` builds and ``disable()`` closes, wiring the layers
+(cache <- kernels <- {wrapper, orchestrator} <- here).
+
+``enable()`` returns at once (no network, no Inductor import):
+- the cache is made (the local tier, and a shared tier that needs no Ray; one that does waits
+  for Ray inside its lookups: ``cache.tiered.DeferredTier``);
+- Ray is brought up in the background (``orchestrator.startup.Startup``): joined or started,
+  nodes probed, the farm dispatching; the first cache MISS waits for it, with its time-outs;
+- a gate on torch.compile's Inductor backend installs the Inductor hooks at the first compile
+  (``install``), where stock Inductor pays for importing Inductor too.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import threading
+from typing import Any
+
+from .cache import Cache
+from .cache.signing import load_secret
+from .cache.tiered import DeferredTier, check_shared_url, local_tier, shared_tier
+from .cache.usage import Usage
+from .errors import FarmUnavailableError
+from .orchestrator import Progress, Stats, progress_wanted
+from .orchestrator.connect import Target, resolve
+from .orchestrator.startup import Startup
+from .settings import DEFAULT_CACHE_MAX_BYTES, Settings
+
+log = logging.getLogger("raycompile")
+
+IO_THREADS = 8  # cache lookups, result unpacking and tier writes (never on Inductor's thread)
+
+
+class Session:
+    """Create with settings; ``close()`` restores stock Inductor and ends what it started. Also a
+    context manager. Raises SettingsError for a shared tier it does not know, and
+    FarmUnavailableError for ``address="auto"`` with no cluster on this machine and ``fallback``
+    off (the only checks made before returning: local, instant)."""
+
+    def __init__(self, settings: Settings) -> None:
+        check_shared_url(settings.shared_cache)  # a bad setting fails here, with nothing started
+        self.settings = settings
+        self.stats = Stats()
+        wanted = progress_wanted(settings.progress)
+        self.progress = Progress(force_terminal=settings.progress is True) if wanted else None
+        self.user_key = load_secret()
+        self.io = concurrent.futures.ThreadPoolExecutor(IO_THREADS, thread_name_prefix="raycompile-io")
+        target: Target | None = None
+        unreachable: FarmUnavailableError | None = None
+        try:
+            target = resolve(settings, check_remote=False)
+        except FarmUnavailableError as e:
+            if not settings.fallback:
+                raise
+            unreachable = e
+            log.warning("raycompile: %s\nCompiling locally with stock Inductor; each local compile is counted in "
+                        "raycompile.stats()['fallbacks'].", e)
+        self.startup = (Startup(settings, self.stats, self.progress, self.user_key, target)
+                        if unreachable is None else None)
+        self.cache_root = os.path.abspath(os.path.expanduser(settings.cache_dir))
+        self.usage = Usage(self.cache_root)
+        self.cache = Cache(local_tier(self.cache_root, settings.secret_bytes or self.user_key, self._cap()),
+                           self._shared(target), self.stats, submit=self.io.submit)
+        self.hooks: Any = None  # wrapper.hooks.Hooks, at the first Inductor compile
+        self.autotune: Any = None  # raycompile.autotune.AutotuneSession, likewise
+        self._install_lock = threading.Lock()
+        self._tuning_installed = False
+        self._closed = False
+        from .wrapper import compat
+
+        self._gate = compat.inductor_entry_gated(self.install)
+        self._gate.__enter__()
+        if compat.inductor_loaded():  # then installing costs milliseconds: do it now, for every path in
+            self._install_hooks()
+
+    def _cap(self) -> int | None:
+        """The local tier's cap: the setting, else the lasting one (`raycompile cache
+        set-max-size`), else the default; None for no cap (0)."""
+        cap = self.settings.cache_max_bytes
+        if cap is None:
+            cap = self.usage.max_bytes()
+        if cap is None:
+            cap = DEFAULT_CACHE_MAX_BYTES
+        return cap or None
+
+    def _shared(self, target: Target | None) -> Any:
+        """The shared tier now when it needs no Ray (no cluster to join, or RAYCOMPILE_SECRET
+        set for a file:// or redis:// tier), else one that waits for the start."""
+        url, secret = self.settings.shared_cache, self.settings.secret_bytes
+        if url in ("", "none") or (url == "auto" and (target is None or not target.joins)):
+            return None  # auto without a cluster: this process is the only one
+        if url.startswith(("file://", "redis://", "rediss://")) and (secret or target is None or not target.joins):
+            return shared_tier(url, secret or self.user_key)
+        assert self.startup is not None
+        return DeferredTier(self.startup.shared, self.startup.wait_s)
+
+    # -- the Inductor side, at the first compile ------------------------------------------------
+
+    def install(self) -> None:
+        """Install the Inductor hooks and the autotuning hooks (once; the gate calls this at every
+        compile's start, where asking CUDA for this process's GPU costs nothing more)."""
+        if self._tuning_installed or self._closed:
+            return
+        self._install_hooks()
+        with self._install_lock:
+            if self._tuning_installed or self._closed:
+                return
+            from .autotune import AutotuneSession
+
+            if self.startup is not None:
+                self.autotune = AutotuneSession.for_session(self.stats, self.cache, self.settings, self.startup,
+                                                            submit=self.io.submit)
+            if self.autotune is not None:
+                self.hooks.router.on_triton_job = self.autotune.prestart
+            self._tuning_installed = True
+
+    def _install_hooks(self) -> None:
+        """The Inductor hooks alone: where compiles go, the output module, the module cache."""
+        with self._install_lock:
+            if self.hooks is not None or self._closed:
+                return
+            from .wrapper.hooks import Hooks, Router, stock_pools
+
+            process_pool, submit = stock_pools()
+            hooks = Hooks(Router(self.startup, self.stats, process_pool, submit, self.cache, io=self.io))
+            hooks.install()
+            self.hooks = hooks
+
+    # -- what the facade asks -------------------------------------------------------------------
+
+    def ready(self, timeout: float | None = None) -> dict[str, Any]:
+        """Install the hooks and wait for Ray (see ``raycompile.ready``)."""
+        self.install()
+        if self.startup is None:
+            return {"address": self.settings.address or "auto", "embedded": False, "nodes": 0, "workers": 0,
+                    "shared_cache": "none", "fallback": True, "seconds": {}}
+        return self.startup.ready(timeout)
+
+    @property
+    def farm(self) -> Any:
+        """The farm if it is up now (never waits)."""
+        return self.startup.farm if self.startup is not None else None
+
+    def node_names(self) -> dict[str, str]:
+        return self.startup.node_names() if self.startup is not None else {}
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        with self._install_lock:
+            self._closed = True
+        self._gate.__exit__(None, None, None)
+        if self.hooks is not None:
+            self.hooks.uninstall()
+        if self.autotune is not None:
+            self.autotune.close()
+        # lookups and winner writes in flight finish (each bounded by its tier's time-out)
+        self.io.shutdown(wait=True, cancel_futures=False)
+        self.cache.close()
+        if self.startup is not None:
+            self.startup.close()
+        self.usage.record(self.stats.snapshot())  # `raycompile cache stats` adds up every session
+        if self.settings.trace:
+            from .orchestrator.report import write_trace
+
+            write_trace(self.settings.trace, self.stats.job_records(), self.node_names())
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,232 @@
+"""What a user gets with no configuration: processes that share a tier agree on the secret; an
+address left out or "auto" follows Ray's rules and never hangs on a crashed cluster's file;
+enable() returns before Ray is up and the first compile still goes to the farm; and
+backend="raycompile" takes mode and options as backend="inductor" does."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from farmrun import compile_fresh
+from raystart import free_port
+
+import raycompile
+from raycompile.models import examples
+
+HERE = pathlib.Path(__file__).parent
+
+
+def driver(tmp: pathlib.Path, name: str, shared: str, **env: str) -> tuple[dict[str, Any], torch.Tensor, str]:
+    """A new process (tests/integration/cluster_driver.py: embedded Ray, a cold compile) with its
+    own empty local cache; returns its stats, output and log."""
+    out = tmp / f"{name}.pt"
+    proc = subprocess.run([sys.executable, str(HERE / "cluster_driver.py"), "", shared, str(out)],
+                          env={**os.environ, "RAYCOMPILE_CACHE_DIR": str(tmp / f"local-{name}"), **env},
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    saved = torch.load(out)
+    return saved["stats"], saved["out"], proc.stdout + proc.stderr
+
+
+def test_two_processes_with_their_own_cache_dirs_share_a_file_tier_with_no_secret_set(tmp_path: pathlib.Path) -> None:
+    """The default secret is this user's key (under XDG_CONFIG_HOME, not the cache dir), so a
+    second process warm-starts from what the first published: 0 jobs, nothing refused."""
+    shared = f"file://{tmp_path / 'shared'}"
+    a, a_out, _ = driver(tmp_path, "a", shared)
+    b, b_out, log = driver(tmp_path, "b", shared)
+    assert a["jobs"] > 0 and a["refused"] == 0
+    assert b["jobs"] == 0 and b["refused"] == 0 and b["shared_hits"] > a["jobs"], (a, b)
+    assert torch.equal(a_out, b_out) and "another secret" not in log
+
+
+def test_entries_signed_with_another_secret_are_refused_with_one_warning_and_recompiled(
+        tmp_path: pathlib.Path) -> None:
+    shared = f"file://{tmp_path / 'shared'}"
+    a, a_out, _ = driver(tmp_path, "a", shared, RAYCOMPILE_SECRET="one")
+    b, b_out, log = driver(tmp_path, "b", shared, RAYCOMPILE_SECRET="two")
+    assert b["refused"] > a["jobs"] and b["jobs"] == a["jobs"] and b["shared_hits"] == 0, (a, b)
+    assert torch.equal(a_out, b_out)  # recompiled, never loaded
+    warnings = [line for line in log.splitlines() if "signed with another secret" in line]
+    assert len(warnings) == 1 and "RAYCOMPILE_SECRET" in warnings[0], log[-3000:]
+    count = int(warnings[0].split("raycompile: ")[1].split()[0])
+    assert 0 < count <= b["refused"]
+    # and `raycompile cache verify` on that tier, with the second secret, lists them
+    proc = subprocess.run([sys.executable, "-m", "raycompile", "cache", "verify", "--shared", shared],
+                          env={**os.environ, "RAYCOMPILE_SECRET": "two"}, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 1 and "another secret" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+# -- addresses -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def stale_cluster_file(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Ray's current-cluster file of a cluster that crashed: it names a port nobody listens on.
+    In a Ray temp dir of this test's own (RAY_TMPDIR), short enough for Ray's socket paths."""
+    root = tempfile.mkdtemp(prefix="rs", dir="/tmp")
+    monkeypatch.setenv("RAY_TMPDIR", root)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    os.makedirs(os.path.join(root, "ray"))
+    dead = f"127.0.0.1:{free_port()}"
+    with open(os.path.join(root, "ray", "ray_current_cluster"), "w") as f:
+        f.write(dead)
+    yield dead
+
+
+def test_auto_with_a_stale_cluster_file_and_no_fallback_raises_at_once(stale_cluster_file: str) -> None:
+    start = time.monotonic()
+    with pytest.raises(raycompile.FarmUnavailableError) as info:
+        raycompile.enable(address="auto", fallback=False)
+    assert stale_cluster_file in str(info.value) and "crashed or was stopped" in str(info.value)
+    assert time.monotonic() - start < 5 and not raycompile.is_enabled()
+
+
+def test_auto_with_a_stale_cluster_file_falls_back_to_local_compiles(stale_cluster_file: str,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    import ray
+
+    model, args = examples()["reduction_tail"]
+    start = time.monotonic()
+    raycompile.enable(address="auto")
+    try:
+        out = compile_fresh(model, args)
+        s = raycompile.stats()
+        assert raycompile.ready()["fallback"] is True and not ray.is_initialized()
+    finally:
+        raycompile.disable()
+    assert s["jobs"] == 0 and s["fallbacks"] > 0 and time.monotonic() - start < 120
+    assert stale_cluster_file in caplog.text
+    torch.testing.assert_close(out, model(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_no_address_with_a_stale_cluster_file_starts_an_embedded_ray(stale_cluster_file: str) -> None:
+    model, args = examples()["reduction_tail"]
+    raycompile.enable()
+    try:
+        up = raycompile.ready()
+        out = compile_fresh(model, args)
+        s = raycompile.stats()
+    finally:
+        raycompile.disable()
+    assert up["embedded"] and not up["fallback"] and s["jobs"] > 0 and s["fallbacks"] == 0
+    torch.testing.assert_close(out, model(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_demo_and_status_treat_a_stale_cluster_file_as_enable_does(stale_cluster_file: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "raycompile", "status"], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 2 and stale_cluster_file in proc.stderr, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-m", "raycompile", "demo", "--address", "auto"], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and stale_cluster_file in proc.stderr, proc.stderr[-2000:]
+
+
+# -- enable() and the first compile --------------------------------------------------------------
+
+
+def test_enable_returns_before_ray_is_up_and_the_first_compile_still_goes_to_the_farm(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray's start is held (the real one, released later) to show that enable() does not wait for
+    it, and that a compile missing the cache waits for it and goes to the farm, not to stock."""
+    import ray
+
+    from raycompile.orchestrator import startup
+
+    release = threading.Event()
+    real_connect = startup.connect
+
+    def held_connect(*args: Any, **kwargs: Any) -> Any:
+        assert release.wait(120)
+        return real_connect(*args, **kwargs)
+
+    monkeypatch.setattr(startup, "connect", held_connect)
+    model, args = examples()["reduction_tail"]
+    raycompile.enable()
+    try:
+        assert not ray.is_initialized() and raycompile.is_enabled()
+        result: dict[str, Any] = {}
+        worker = threading.Thread(target=lambda: result.update(out=compile_fresh(model, args)))
+        worker.start()
+        worker.join(timeout=20)
+        assert worker.is_alive() and raycompile.stats()["jobs"] == 0  # the first miss waits for Ray
+        release.set()
+        worker.join(timeout=300)
+        s = raycompile.stats()
+    finally:
+        release.set()
+        raycompile.disable()
+    assert s["jobs"] > 0 and s["fallbacks"] == 0, s
+    torch.testing.assert_close(result["out"], model(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_a_process_whose_compiles_all_hit_the_cache_never_waits_for_ray(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: pathlib.Path) -> None:
+    from raycompile.orchestrator import startup
+
+    model, args = examples()["reduction_tail"]
+    cache_dir = str(tmp_path / "local")
+    raycompile.enable(cache_dir=cache_dir)
+    try:
+        cold = compile_fresh(model, args)
+        assert raycompile.stats()["jobs"] > 0
+    finally:
+        raycompile.disable()
+    never = threading.Event()  # Ray never comes up in the second session
+
+    def no_connect(*args: Any, **kwargs: Any) -> Any:
+        never.wait(300)
+        raise RuntimeError("not reached")
+
+    monkeypatch.setattr(startup, "connect", no_connect)
+    raycompile.enable(cache_dir=cache_dir)
+    try:
+        warm = compile_fresh(model, args)
+        s = raycompile.stats()
+    finally:
+        never.set()
+        raycompile.disable()
+    assert s["jobs"] == 0 and s["fallbacks"] == 0 and s["local_hits"] > 0 and s["misses"] == 0, s
+    assert torch.equal(cold, warm)
+
+
+# -- backend="raycompile" ------------------------------------------------------------------------
+
+
+def test_the_backend_string_takes_mode_and_options_as_inductor_does() -> None:
+    """Inductor runs with the mode's or the options' config patches (a post-grad pass records what
+    it sees), through the farm, and an unknown option is refused as backend="inductor" does."""
+    from torch._inductor import config
+
+    model, args = examples()["reduction_tail"]
+    seen: list[tuple[bool, bool]] = []
+
+    def record(graph: torch.fx.Graph) -> None:
+        seen.append((bool(config.max_autotune), bool(config.epilogue_fusion)))
+
+    try:
+        with config.patch(post_grad_custom_post_pass=record):
+            by_mode = compile_fresh(model, args, backend="raycompile", mode="max-autotune-no-cudagraphs")
+        from_mode, seen[:] = list(seen), []
+        by_options = compile_fresh(model, args, backend="raycompile",
+                                   options={"post_grad_custom_post_pass": record, "epilogue_fusion": False})
+        s = raycompile.stats()
+        with pytest.raises(Exception, match="Unexpected optimization option"):
+            compile_fresh(model, args, backend="raycompile", options={"no_such_option": 1})
+    finally:
+        raycompile.disable()
+    assert from_mode and all(v == (True, True) for v in from_mode), from_mode
+    assert seen and all(v == (False, False) for v in seen), seen
+    assert s["jobs"] > 0 and s["fallbacks"] == 0
+    for out in (by_mode, by_options):
+        torch.testing.assert_close(out, model(*args), rtol=1e-5, atol=1e-5)
