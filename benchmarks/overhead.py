@@ -124,6 +124,7 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
         "first_output_epoch": first_output, "loss": float(loss.float()),
         "jobs": stats.get("jobs"), "benchmarks": stats.get("benchmarks"),
         "tuned_here": stats.get("benchmarks_local"), "winners_cached": stats.get("autotune_cached"),
+        "local_hits": stats.get("local_hits"),
         "fallbacks": stats.get("fallbacks"), "refused": stats.get("refused"), "shared_hits": stats.get("shared_hits"),
     }), flush=True)
 
@@ -154,7 +155,8 @@ def start_ray(work: pathlib.Path) -> tuple[subprocess.Popen[bytes], dict[str, st
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     tmp = tempfile.mkdtemp(prefix="ro", dir="/tmp")  # short: Ray's socket paths have a length limit
-    env = {"RAY_TMPDIR": tmp, "RAYCOMPILE_HEAD_CACHE_DIR": str(work / "head")}
+    # token authentication off, as in the tests: a driver started here does not find the head's token
+    env = {"RAY_TMPDIR": tmp, "RAYCOMPILE_HEAD_CACHE_DIR": str(work / "head"), "RAY_AUTH_MODE": "disabled"}
     # the `ray` command, wherever ray is installed; --block: Ray ends its processes when this one ends
     proc = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
                              f"--port={port}", "--disable-usage-stats", "--include-dashboard=false"],
@@ -208,7 +210,8 @@ def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray
             print(f"  {model:<8}{case:<16} start->output {r['start_to_output_s']:7.2f} s  "
                   f"(imports {r['imports_s']:.2f}, "
                   f"enable {r['enable_s']:.2f}, load {r['load_s']:.2f}, build {r['build_s']:.2f}, "
-                  f"first call {r['call_s']:.2f})  jobs {r['jobs']}  loss {r['loss']:.6f}", flush=True)
+                  f"first call {r['call_s']:.2f})  jobs {r['jobs']}  fallbacks {r['fallbacks']}  "
+                  f"shared hits {r['shared_hits']}  loss {r['loss']:.6f}", flush=True)
     return out
 
 
