@@ -118,6 +118,7 @@ class Farm:
         # Retries are the farm's, not Ray's (max_retries=0): a job whose worker or node died is
         # sent again (``retries`` times) and counted in stats()["retried"], so users see it.
         self._resources = compile_resources(ray.cluster_resources())
+        self.remote_cpus = self._remote_cpus()
         self._remote = ray.remote(_execute).options(
             num_cpus=1, num_gpus=0, scheduling_strategy="SPREAD", max_retries=0, retry_exceptions=False,
             resources=self._resources,
@@ -309,6 +310,13 @@ class Farm:
         ready, _ = self._ray.wait(self._warm_refs, num_returns=len(self._warm_refs),
                                   timeout=timeout or self.settings.connect_timeout_s)
         return len(set(self._ray.get(ready)))
+
+    def _remote_cpus(self) -> float:
+        """CPUs the cluster has on nodes other than this driver's: what the farm adds to this node's
+        own compile workers (0 on a one-node cluster, where Inductor's pool is as fast and cheaper)."""
+        here = self._ray.get_runtime_context().get_node_id()
+        return sum(float(n.get("Resources", {}).get("CPU", 0)) for n in self._ray.nodes()
+                   if n.get("Alive") and n.get("NodeID") != here)
 
     def workers(self) -> int:
         """CPUs the cluster offers compile jobs (its compile slots, where it has any)."""

@@ -22,9 +22,11 @@ def summary(stats: Mapping[str, Any], records: list[JobRecord], node_names: Mapp
             per_node[r.node_id].append(r.seconds)
     lines = [
         "raycompile summary",
-        f"  jobs {stats['jobs']}   deduped {stats['deduped']}   retried {stats.get('retried', 0)}   "
+        f"  jobs {stats['jobs']}"
+        + (f" (+{stats['jobs_local']} in this node's Inductor workers)" if stats.get("jobs_local") else "")
+        + f"   deduped {stats['deduped']}   retried {stats.get('retried', 0)}   "
         f"fallbacks {stats['fallbacks']}   failures {stats['failures']}   "
-        f"compile seconds {stats['compile_seconds']:.1f}",
+        f"compile seconds (summed over jobs) {stats['compile_seconds']:.1f}",
         f"  cache hits: local {stats.get('local_hits', 0)}   shared {stats.get('shared_hits', 0)}"
         + (f"   (compiled by another driver: {stats['dedupe_cluster']})" if stats.get("dedupe_cluster") else ""),
     ]

@@ -185,6 +185,19 @@ class Startup:
         farm = self.farm
         return farm if farm is not None and farm.alive else None
 
+    def compiles_here(self, farm: Any | None = None) -> bool:
+        """Whether a compile runs in this node's own Inductor workers rather than on Ray
+        (``compile_jobs``). Without ``farm``, answers without waiting: True only where no Ray is
+        needed at all (``local``, or ``auto`` in a Ray private to this process: no other driver to
+        dedupe with, no other node's CPUs). With the farm: ``auto`` is local when the cluster has
+        no CPUs beyond this node's."""
+        mode = self.settings.compile_jobs
+        if mode != "auto":
+            return mode == "local"
+        if farm is None:
+            return self._target is not None and not self._target.joins
+        return not farm.remote_cpus
+
     def _where(self) -> str:
         target = self.joined.target if self.joined else self._target
         return (target.address if target else self.settings.address) or EMBEDDED

@@ -34,6 +34,7 @@ class Stats:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.jobs = 0  # tasks sent to Ray
+        self.jobs_local = 0  # jobs run in this node's Inductor compile workers (compile_jobs, no Ray)
         self.deduped = 0  # requests answered by a job already in flight
         self.dedupe_cluster = 0  # requests answered by another driver's compile (the coordinator)
         self.coordinator_unavailable = 0  # requests compiled without the coordinator: it did not answer
@@ -110,6 +111,7 @@ class Stats:
         with self._lock:
             return {
                 "jobs": self.jobs,
+                "jobs_local": self.jobs_local,
                 "deduped": self.deduped,
                 "dedupe_cluster": self.dedupe_cluster,
                 "coordinator_unavailable": self.coordinator_unavailable,

@@ -39,6 +39,11 @@ class Settings:
     head_cache_dir: str = "~/.cache/raycompile-head"  # where ray://head keeps entries, on the head node
     progress: bool | None = None  # None: a bar only on a terminal and outside Ray jobs
     trace: str | None = None  # write a Chrome/Perfetto trace of the jobs here at disable()
+    # where kernel compiles run: "auto" sends them to the Ray cluster when it has CPUs on other
+    # nodes than this one, else to Inductor's own compile workers on this node (a one-node farm adds
+    # no CPUs, only overhead); "cluster" always to Ray; "local" never. Cache, sharing and the
+    # cluster-wide dedupe work the same in every mode.
+    compile_jobs: str = "auto"
     autotune: bool = True  # with GPUs in the cluster: benchmark max-autotune candidates on GPU actors
     # a Triton kernel's configs (pointwise, reductions): "local" times them on this GPU at the first
     # run, as stock does, and caches the winner for every other node; "actors" times them on the
@@ -83,6 +88,8 @@ class Settings:
             raise SettingsError(f"retries must be >= 0, got {self.retries}")
         if self.cache_max_bytes is not None and self.cache_max_bytes < 0:
             raise SettingsError(f"cache_max_bytes must be >= 0, got {self.cache_max_bytes}")
+        if self.compile_jobs not in ("auto", "cluster", "local"):
+            raise SettingsError(f"compile_jobs must be 'auto', 'cluster' or 'local', got {self.compile_jobs!r}")
         if self.autotune_configs not in ("local", "actors"):
             raise SettingsError(f"autotune_configs must be 'local' or 'actors', got {self.autotune_configs!r}")
 

@@ -4,6 +4,8 @@ Two seams (DESIGN.md): ``AsyncCompile.process_pool()``, where Triton compiles (a
 template precompiles) are submitted, and ``AsyncCompile.submit``, the ``submit_fn`` of every C++
 kernel build. Both are replaced by ``install`` and restored by ``uninstall``. A job the farm
 cannot take (Ray gone, fallback) goes to the stock pool it replaced, counted in ``fallbacks``.
+Where the farm would add no CPUs (``compile_jobs``: a one-node cluster), the same job runs in
+those stock pools instead, counted in ``jobs_local``, and is cached and shared like a farm job.
 ``install`` also registers the farm's wrapper codegen (wrapper/codegen.py: the output module).
 """
 
@@ -23,7 +25,7 @@ from typing import Any
 
 from ..cache import Cache, Entry, kernel_key, publish
 from ..errors import CompileError
-from ..kernels import Built, CppJob, CppStep, Failed, Job, Result, TritonJob, Versions
+from ..kernels import Built, CppJob, CppStep, Failed, Job, Result, TritonJob, Versions, run_job
 from ..kernels.cpp_compile import compiler_version, resolve_command
 from ..kernels.triton_compile import device_index, ptxas_version, target_of
 from . import compat
@@ -196,14 +198,21 @@ class Router:
             key = cache_key(job) if self.cache is not None else ""
             if key and self._reuse(key, job, out):
                 return
+            if self._compiles_here(None):  # no Ray needed: not even waited for
+                self._compile_here(job, out, local, key)
+                return
             farm, dedupe = self._wait_farm()
             if farm is None:
                 _chain(self._fallback(local, "the Ray cluster is not reachable"), out)
                 return
+            here = self._compiles_here(farm)
 
             def compile() -> Future[Any]:  # resolves after the entry is in the cache
-                farm.submit(job).add_done_callback(
-                    lambda f: self._io_or_here(self._deliver, f.result(), job, out, local, key))
+                if here:
+                    self._compile_here(job, out, local, key)
+                else:
+                    farm.submit(job).add_done_callback(
+                        lambda f: self._io_or_here(self._deliver, f.result(), job, out, local, key))
                 return out
 
             if key and dedupe is not None:  # one driver of the cluster compiles; the others read its entry
@@ -213,6 +222,38 @@ class Router:
         except BaseException as e:  # noqa: BLE001 - raised where Inductor waits (wait_named names the kernel)
             if not out.done():
                 out.set_exception(e)
+
+    def _compiles_here(self, farm: Any | None) -> bool:
+        source = self._source
+        return hasattr(source, "compiles_here") and source.compiles_here(farm)
+
+    def _compile_here(self, job: Job, out: Future[Any], local: Callable[[], Any], key: str) -> None:
+        """Run the farm's job in this node's own Inductor workers (Triton: its process pool; C++:
+        its thread pool), so the result is cached and shared exactly as a farm job's."""
+        self.stats.add(jobs_local=1)
+        try:
+            if isinstance(job, TritonJob):
+                started: Any = self._stock_process_pool().submit(run_job, job)
+            else:
+                started = self._stock_submit(functools.partial(run_job, job))
+        except RuntimeError as e:  # the pool is shut down (interpreter exit): Inductor's own path
+            _chain(self._fallback(local, f"Inductor's compile pool refused the job ({e})"), out)
+            return
+        if not isinstance(started, Future):  # one compile thread: it ran synchronously
+            done: Future[Any] = Future()
+            done.set_result(started)
+            started = done
+
+        def finished(f: Future[Any]) -> None:
+            if f.exception() is not None:  # a pool worker died: Inductor's own compile of the kernel
+                result: Result = Failed(job.key, job.label, f"{type(f.exception()).__name__}: {f.exception()}",
+                                        kind="infrastructure")
+            else:
+                result = f.result()
+                self.stats.ran(result)
+            self._io_or_here(self._deliver, result, job, out, local, key)
+
+        started.add_done_callback(finished)
 
     def _io_or_here(self, fn: Callable[..., None], *args: Any) -> None:
         try:

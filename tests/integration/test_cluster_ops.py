@@ -116,13 +116,14 @@ def test_drivers_of_one_cluster_compile_each_kernel_once_with_default_settings(
     it), no shared tier, no secret: ranks of one job on one node share this node's local cache
     dir, and the cluster's coordinator has each kernel compiled once between them."""
     monkeypatch.delenv("RAYCOMPILE_SECRET", raising=False)
+    monkeypatch.delenv("RAYCOMPILE_COMPILE_JOBS")  # the default: a one-node cluster compiles in Inductor's pools
     model, args = examples()["reduction_tail"]
     alone_out, alone = compile_on_farm(model, args, address=head.address, fallback=False,
                                        cache_dir=str(tmp_path / "alone"))
-    assert alone["jobs"] > 0
+    assert alone["jobs_local"] > 0 and alone["jobs"] == 0, alone
     results = drivers(3, "", "", tmp_path, env={"RAY_ADDRESS": head.address}, one_node=True)
     stats = [r["stats"] for r in results]
-    assert sum(s["jobs"] for s in stats) == alone["jobs"], stats
+    assert sum(s["jobs_local"] for s in stats) == alone["jobs_local"] and sum(s["jobs"] for s in stats) == 0, stats
     assert sum(s["dedupe_cluster"] for s in stats) > 0, stats
     assert all(s["coordinator_unavailable"] == 0 and s["fallbacks"] == 0 and s["refused"] == 0 for s in stats)
     assert all(torch.equal(r["out"], alone_out) for r in results)

@@ -230,3 +230,39 @@ def test_the_backend_string_takes_mode_and_options_as_inductor_does() -> None:
     assert s["jobs"] > 0 and s["fallbacks"] == 0
     for out in (by_mode, by_options):
         torch.testing.assert_close(out, model(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_by_default_one_machine_compiles_in_inductors_own_workers_and_caches_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    """compile_jobs="auto" with an embedded Ray (no other node, no other driver): the farm's jobs
+    run in Inductor's own compile pools without waiting for Ray at all (Ray is held back here and
+    never comes up), bitwise stock's output; the entries are cached, so a second session on this
+    machine compiles nothing."""
+    from raycompile.orchestrator import startup
+
+    monkeypatch.delenv("RAYCOMPILE_COMPILE_JOBS")
+    never = threading.Event()
+
+    def no_connect(*args: Any, **kwargs: Any) -> Any:
+        never.wait(300)
+        raise RuntimeError("not reached")
+
+    monkeypatch.setattr(startup, "connect", no_connect)
+    model, args = examples()["reduction_tail"]
+    stock = compile_fresh(model, args)
+    cache_dir = str(tmp_path / "local")
+    sessions = []
+    try:
+        for _ in range(2):
+            raycompile.enable(cache_dir=cache_dir)
+            try:
+                out = compile_fresh(model, args)
+                sessions.append(raycompile.stats())
+            finally:
+                raycompile.disable()
+            assert torch.equal(out, stock)
+    finally:
+        never.set()
+    cold, warm = sessions
+    assert cold["jobs_local"] > 0 and cold["jobs"] == 0 and cold["fallbacks"] == 0, cold
+    assert warm["jobs_local"] == 0 and warm["jobs"] == 0 and warm["local_hits"] >= cold["jobs_local"], warm
