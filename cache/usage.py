@@ -41,7 +41,7 @@ COUNTERS = (
     "local_hits", "shared_hits", "misses", "corrupt", "refused", "evictions", "bytes_read", "bytes_written",
     "shared_unavailable", "put_errors",
     # compile jobs
-    "jobs", "deduped", "dedupe_cluster", "coordinator_unavailable", "fallbacks", "retried", "failures",
+    "jobs", "jobs_local", "deduped", "dedupe_cluster", "coordinator_unavailable", "fallbacks", "retried", "failures",
     "compile_seconds",
     # autotuning on GPU actors
     "benchmarks", "benchmark_seconds", "benchmark_wall_seconds", "benchmark_failures", "gpu_restarts",

@@ -25,6 +25,7 @@ from .cache.usage import Usage
 from .errors import FarmUnavailableError
 from .orchestrator import Progress, Stats, progress_wanted
 from .orchestrator.connect import Target, resolve
+from .orchestrator.metrics import MetricsExporter
 from .orchestrator.startup import Startup
 from .settings import DEFAULT_CACHE_MAX_BYTES, Settings
 
@@ -59,6 +60,8 @@ class Session:
                         "raycompile.stats()['fallbacks'].", e)
         self.startup = (Startup(settings, self.stats, self.progress, self.user_key, target)
                         if unreachable is None else None)
+        self.metrics = (MetricsExporter.for_startup(self.stats, self.startup)
+                        if self.startup is not None and settings.metrics else None)
         self.cache_root = os.path.abspath(os.path.expanduser(settings.cache_dir))
         self.usage = Usage(self.cache_root)
         self.cache = Cache(local_tier(self.cache_root, settings.secret_bytes or self.user_key, self._cap()),
@@ -159,6 +162,8 @@ class Session:
         # lookups and winner writes in flight finish (each bounded by its tier's time-out)
         self.io.shutdown(wait=True, cancel_futures=False)
         self.cache.close()
+        if self.metrics is not None:  # the last push, while Ray is still up
+            self.metrics.close()
         if self.startup is not None:
             self.startup.close()
         self.usage.record(self.stats.snapshot())  # `raycompile cache stats` adds up every session

@@ -53,6 +53,8 @@ class Settings:
     # secret for a shared tier when this process joins a cluster (cache/signing.py)
     secret: str | None = field(default=None, repr=False)
     profile_gpu_workers: bool = False  # each GPU actor runs its jobs under cProfile (a diagnosis)
+    # the counters as Ray metrics (ray_raycompile_*), once Ray is up: orchestrator/metrics.py
+    metrics: bool = True
 
     @classmethod
     def resolve(cls, **overrides: Any) -> Settings:

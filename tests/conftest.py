@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import shutil
 import socket
 import subprocess
@@ -14,12 +15,81 @@ import pytest
 # Keep Ray quiet and small on 2-core CI machines.
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Ray's "(raylet)" prefixes in plain text: captured output and subprocesses' pipes are no terminal
+os.environ.setdefault("RAY_COLOR_PREFIX", "0")
 # Ray's temp dir of our own: the clusters these tests start never meet another Ray on this machine
 # (nor its current-cluster file, which raycompile.enable() joins), and vice versa. Short: Ray's
 # socket paths have a length limit.
 os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rt", dir="/tmp")
 
 CORPUS = pathlib.Path(__file__).parent / "fixtures" / "corpus_torch211" / "kernels"
+
+
+# -- Ray's log dumps in failure reports ------------------------------------------------------------
+# When a raylet dies other than by SIGTERM (a node removed with allow_graceful=False, as the chaos
+# tests do, or `ray stop --force` run by anyone on this machine: it kills every Ray here, whatever
+# its temp dir or ports), each of its agents publishes "Raylet is terminated. ... Last 20 lines of
+# the Raylet logs:" with those lines (the raylet's "[state-dump]" tables and its own log lines), and
+# every driver of the cluster prints that on stdout under "(raylet)", log_to_driver=False or not
+# (ray/_private/process_watcher.py report_raylet_error_logs; ray/_private/worker.py
+# listen_error_messages; Ray 2.60). Bursts of it in captured output, or in a subprocess's output a
+# test shows, buried the assertion. A report keeps Ray's one-line messages and the test's own lines,
+# and says how many dumped lines it left out.
+_RAY_DUMP_LINE = re.compile(
+    r"\[state-dump\]"  # the raylet's debug-state tables
+    r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \d+\] \((?:raylet|gcs_server)\) ")  # its own log lines
+_REPORT_PREFIX = re.compile(r"E\s+|\s*")  # pytest's "E   " before an exception's lines, or indentation
+
+
+def trim_ray_dumps(lines: list[str]) -> list[str]:
+    """``lines`` with each run of Ray's dumped log lines replaced by one line saying how many."""
+    out: list[str] = []
+    dropped, prefix = 0, ""
+    for line in [*lines, None]:
+        if line is not None and _RAY_DUMP_LINE.search(line):
+            if not dropped:
+                prefix = _REPORT_PREFIX.match(line).group()  # type: ignore[union-attr]
+            dropped += 1
+            continue
+        if dropped:
+            out.append(f"{prefix}[{dropped} lines of a Ray log dump left out by tests/conftest.py; Ray's logs "
+                       f"are in session_*/logs under its temp dir, {os.environ.get('RAY_TMPDIR', '/tmp')}/ray]")
+            dropped = 0
+        if line is not None:
+            out.append(line)
+    return out
+
+
+def _trim_text(text: str) -> str:
+    return "\n".join(trim_ray_dumps(text.split("\n"))) if _RAY_DUMP_LINE.search(text) else text
+
+
+def _trim_longrepr(longrepr: object) -> object:
+    """The failure's text (pytest's ExceptionChainRepr and the like) without Ray's dumps, in place
+    so the report keeps its layout and the summary line (``-ra``) its message."""
+    if isinstance(longrepr, str):
+        return _trim_text(longrepr)
+    for reprtraceback, reprcrash, _ in getattr(longrepr, "chain", ()):
+        for entry in getattr(reprtraceback, "reprentries", ()):
+            lines = getattr(entry, "lines", None)
+            if lines and any(_RAY_DUMP_LINE.search(line) for line in lines):
+                native = any(line.endswith("\n") for line in lines)  # ReprEntryNative: one blob
+                entry.lines = [_trim_text("".join(lines))] if native else trim_ray_dumps(list(lines))
+        if reprcrash is not None:
+            reprcrash.message = _trim_text(reprcrash.message)
+    sections = getattr(longrepr, "sections", None)
+    if sections:
+        sections[:] = [(name, _trim_text(content), sep) for name, content, sep in sections]
+    return longrepr
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    report: pytest.TestReport = yield
+    report.sections = [(title, _trim_text(content)) for title, content in report.sections]
+    if report.failed and report.longrepr is not None:
+        report.longrepr = _trim_longrepr(report.longrepr)  # type: ignore[assignment]
+    return report
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -60,7 +130,7 @@ def _start_redis(directory: pathlib.Path) -> tuple[subprocess.Popen[bytes], str]
     """A real redis-server (Debian's package) on a free port on 127.0.0.1; skips without one."""
     exe = shutil.which("redis-server")
     if exe is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+        pytest.skip("the Redis tier is not tested: redis-server is not installed (apt-get install redis-server)")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -41,9 +41,22 @@ def triton_job(fn: Callable[..., Any], args: tuple[Any, ...], versions: Versions
     return TritonJob(name, source, versions, env, config)
 
 
+def _cpp_label(steps: list[CppStep]) -> str:
+    """A C++ job's label where the output module's kernel name is not known: the library's hash
+    and the length of the kernel's source (the ``.cpp`` files its commands compile),
+    ``C++ kernel c7vumwyt (120 lines)``."""
+    lines = 0
+    for path in {t for step in steps for t in step.command if t.endswith(".cpp")}:
+        with contextlib.suppress(OSError), open(path, errors="replace") as f:
+            lines += compat.cpp_kernel_lines(f.read())
+    return f"C++ kernel {os.path.basename(steps[-1].target).split('.')[0][:8]} ({lines} lines)"
+
+
 def cpp_job(task: Callable[..., Any], versions: Versions) -> CppJob | None:
     """Turn Inductor's C++ build partial into a self-contained job: resolved command lines (with
-    ``-march=native`` expanded for THIS machine) and the input files a remote node lacks."""
+    ``-march=native`` expanded for THIS machine) and the input files a remote node lacks. Its
+    label is the kernel's name in the output module (``cpp_fused_relu_0``) where this runs under
+    that module's definition of it (Inductor calls it there), else ``_cpp_label``."""
     parts = compat.cpp_job_parts(task)
     if parts is None:
         return None
@@ -62,7 +75,7 @@ def cpp_job(task: Callable[..., Any], versions: Versions) -> CppJob | None:
                     inputs[path] = f.read()
         steps.append(CppStep(argv, target, f"{target}.rcbuild"))
         produced.add(target)
-    name = os.path.basename(steps[-1].target)
+    name = compat.defining_cpp_kernel() or _cpp_label(steps)
     return CppJob(name, tuple(steps), inputs, versions, lock_path)
 
 

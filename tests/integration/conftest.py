@@ -3,16 +3,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from raystart import ray_cluster
 
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    """A real local Ray for the module (2 CPUs, as on CI); raycompile joins it."""
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="raycompile")
-    yield
-    ray.shutdown()
+    """A real local Ray for the module: one node with 2 CPUs (as on CI) and ports of its own
+    (raystart.py); raycompile joins it."""
+    with ray_cluster(head_cpus=2):
+        yield
 
 
 @pytest.fixture

@@ -1,10 +1,15 @@
 """Ray clusters for the tests.
 
-``ray_cluster``: several nodes on this machine (``ray.cluster_utils``), this process connected.
+``ray_cluster``: one or several nodes on this machine (``ray.cluster_utils``), this process connected.
 ``ray_head``: a real `ray start --head` cluster, the way an operator starts one, with its own
 ports and temp dir (so it never touches another Ray on this machine, nor /tmp/ray's
 "current cluster" file), stopped by terminating the blocking `ray start` process: with --block,
-Ray kills every process it started (and its reaper does if that process dies)."""
+Ray kills every process it started (and its reaper does if that process dies).
+
+Both take every port free (Ray picks most of them itself; a head's dashboard agent would take
+52365, the same for every Ray on the machine, and wait out a clash); ``ray_cluster`` lives in the
+session's temp dir (tests/conftest.py's RAY_TMPDIR). Nothing here survives `ray stop` run elsewhere
+on the machine: it stops every Ray process it finds, whatever their ports and temp dirs."""
 
 from __future__ import annotations
 
@@ -44,13 +49,14 @@ def _answers(port: int) -> bool:
 
 
 @contextmanager
-def ray_cluster(*nodes: dict[str, Any]) -> Iterator[Any]:
-    """A ``ray.cluster_utils.Cluster``: a head with 1 CPU, and one node per ``nodes`` entry (the
-    arguments of ``add_node``), with this process connected to it until the block ends."""
+def ray_cluster(*nodes: dict[str, Any], head_cpus: int = 1) -> Iterator[Any]:
+    """A ``ray.cluster_utils.Cluster``: a head with ``head_cpus`` CPUs, and one node per ``nodes``
+    entry (the arguments of ``add_node``), with this process connected to it until the block ends."""
     import ray
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": head_cpus, "include_dashboard": False, "dashboard_agent_listen_port": free_port()})
     try:
         for args in nodes:
             cluster.add_node(**args)

@@ -17,6 +17,7 @@ def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
                           timeout=timeout, check=False)
 
 
+@pytest.mark.slow  # the 70 kernels of the corpus, twice (test_a_broken_kernel_fails_the_run is the quick run)
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_compile_kernels_cross_compiles_the_corpus(arch: str, corpus: pathlib.Path, tmp_path: pathlib.Path) -> None:
     out = tmp_path / "triton-cache"

@@ -95,6 +95,9 @@ def drivers(n: int, address: str, shared: str, tmp: pathlib.Path, env: dict[str,
     return [torch.load(tmp / f"out-{i}.pt") for i in range(n)]
 
 
+# slow: a `ray start --head` with the job API (``head``) or a cluster_utils cluster, and drivers
+# compiling on it; the usage errors below need neither and stay in the quick run (-m "not slow")
+@pytest.mark.slow
 def test_four_drivers_compile_each_kernel_once(head: RayHead, tmp_path: pathlib.Path) -> None:
     model, args = examples()["reduction_tail"]
     # one driver alone, on its own fresh shared dir: how many compile jobs the model takes
@@ -110,6 +113,7 @@ def test_four_drivers_compile_each_kernel_once(head: RayHead, tmp_path: pathlib.
     assert all(torch.equal(r["out"], alone_out) for r in results)
 
 
+@pytest.mark.slow
 def test_drivers_of_one_cluster_compile_each_kernel_once_with_default_settings(
         head: RayHead, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No address (RAY_ADDRESS names the cluster, as `ray job submit` and `ray start` users have
@@ -129,6 +133,7 @@ def test_drivers_of_one_cluster_compile_each_kernel_once_with_default_settings(
     assert all(torch.equal(r["out"], alone_out) for r in results)
 
 
+@pytest.mark.slow
 def test_ray_job_submit_precompile_then_a_fresh_process_warm_starts(head: RayHead, tmp_path: pathlib.Path) -> None:
     work = tmp_path / "job"  # the job's working dir: small (never the .venv)
     work.mkdir()
@@ -154,6 +159,7 @@ def test_ray_job_submit_precompile_then_a_fresh_process_warm_starts(head: RayHea
     assert torch.equal(b["out"], compile_fresh(model, args))  # stock Inductor, bitwise
 
 
+@pytest.mark.slow
 def test_status_shows_nodes_coordinator_and_tiers(head: RayHead, tmp_path: pathlib.Path) -> None:
     from raycompile.orchestrator.cluster_status import render
 
@@ -189,6 +195,7 @@ def test_precompile_bad_spec_exits_2(spec: str, message: str, tmp_path: pathlib.
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_precompile_a_failing_variant_exits_1(head: RayHead, tmp_path: pathlib.Path) -> None:
     (tmp_path / "cluster_models.py").write_text(MODELS)
     (tmp_path / "spec.yaml").write_text("variants:\n  - {name: boom, entry: 'cluster_models:broken', inputs: []}\n")
@@ -198,6 +205,7 @@ def test_precompile_a_failing_variant_exits_1(head: RayHead, tmp_path: pathlib.P
     assert "precompiled 1 variants (1 failed)" in proc.stdout
 
 
+@pytest.mark.slow
 def test_precompile_runs_a_script_with_the_farm(head: RayHead, tmp_path: pathlib.Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(
@@ -211,6 +219,7 @@ def test_precompile_runs_a_script_with_the_farm(head: RayHead, tmp_path: pathlib
     assert "jobs 0 " not in proc.stdout  # its kernel compiled on the farm
 
 
+@pytest.mark.slow
 def test_compile_jobs_go_only_to_nodes_that_lend_compile_slots(corpus: pathlib.Path) -> None:
     """cluster.yaml's raycompile_compile: where the cluster offers it, compile jobs ask for it."""
     with ray_cluster({"num_cpus": 1, "resources": {COMPILE_RESOURCE: 1}}) as cluster:

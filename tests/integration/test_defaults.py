@@ -38,6 +38,7 @@ def driver(tmp: pathlib.Path, name: str, shared: str, **env: str) -> tuple[dict[
     return saved["stats"], saved["out"], proc.stdout + proc.stderr
 
 
+@pytest.mark.slow  # two driver processes, each with an embedded Ray and a cold compile
 def test_two_processes_with_their_own_cache_dirs_share_a_file_tier_with_no_secret_set(tmp_path: pathlib.Path) -> None:
     """The default secret is this user's key (under XDG_CONFIG_HOME, not the cache dir), so a
     second process warm-starts from what the first published: 0 jobs, nothing refused."""
@@ -49,6 +50,7 @@ def test_two_processes_with_their_own_cache_dirs_share_a_file_tier_with_no_secre
     assert torch.equal(a_out, b_out) and "another secret" not in log
 
 
+@pytest.mark.slow  # driver processes, each with an embedded Ray and a cold compile
 def test_entries_signed_with_another_secret_are_refused_with_one_warning_and_recompiled(
         tmp_path: pathlib.Path) -> None:
     shared = f"file://{tmp_path / 'shared'}"
@@ -135,6 +137,7 @@ def test_demo_and_status_treat_a_stale_cluster_file_as_enable_does(stale_cluster
 # -- enable() and the first compile --------------------------------------------------------------
 
 
+@pytest.mark.slow  # an embedded Ray started mid-compile
 def test_enable_returns_before_ray_is_up_and_the_first_compile_still_goes_to_the_farm(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Ray's start is held (the real one, released later) to show that enable() does not wait for
@@ -232,6 +235,7 @@ def test_the_backend_string_takes_mode_and_options_as_inductor_does() -> None:
         torch.testing.assert_close(out, model(*args), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # three compiles, two in Inductor's own worker processes
 def test_by_default_one_machine_compiles_in_inductors_own_workers_and_caches_it(
         monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
     """compile_jobs="auto" with an embedded Ray (no other node, no other driver): the farm's jobs

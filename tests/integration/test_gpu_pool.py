@@ -28,6 +28,8 @@ from raycompile.orchestrator import Stats
 from raycompile.orchestrator.gpu_pool import GPUPool
 from raycompile.settings import Settings
 
+pytestmark = pytest.mark.slow  # a multi-node cluster of fake-GPU nodes; max-autotune compiles
+
 A, B = "Fake A (sm_90)", "Fake B (sm_80)"
 CORPUS = pathlib.Path(__file__).parents[1] / "fixtures" / "corpus_torch211" / "kernels"
 

@@ -13,6 +13,8 @@ import raycompile
 from raycompile.models import examples
 from raycompile.wrapper import compat
 
+pytestmark = pytest.mark.slow  # three models compiled twice each (stock and farm), bitwise compared
+
 
 @pytest.mark.parametrize("name", ["transformer_block", "convnet_bn", "reduction_tail"])
 def test_farm_output_is_bitwise_stock(name: str, local_ray: None) -> None:

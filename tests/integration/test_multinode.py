@@ -17,6 +17,8 @@ from raycompile.models import examples
 from raycompile.orchestrator import Farm
 from raycompile.settings import Settings
 
+pytestmark = pytest.mark.slow  # a two-node cluster; a model and corpus kernels compiled across it
+
 
 @pytest.fixture(scope="module")
 def two_nodes() -> Iterator[object]:

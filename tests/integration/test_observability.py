@@ -8,6 +8,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import raycompile
@@ -31,6 +32,9 @@ def test_trace_has_one_slice_per_job_and_summary_matches_stats(local_ray: None, 
     slices = [e for e in events if e["ph"] == "X"]
     assert len(slices) == s["jobs"] > 0
     assert all(e["dur"] > 0 and e["ts"] >= 0 and e["cat"] == "compiled" and e["name"] for e in slices)
+    # on CPU every job is a C++ kernel: named as in the output module, not by its library's hash
+    assert all(e["name"].startswith("cpp_fused_") for e in slices), [e["name"] for e in slices]
+    assert len(slices) <= 10 and all(f"compiled   {e['name'][:90]}" in text for e in slices), text
     tracks = {(e["pid"], e["tid"]) for e in slices}
     named_threads = {(e["pid"], e["tid"]) for e in events if e["name"] == "thread_name"}
     assert tracks == named_threads and len({e["pid"] for e in slices}) == len(s["nodes"])
@@ -41,6 +45,7 @@ def test_trace_has_one_slice_per_job_and_summary_matches_stats(local_ray: None, 
 
 
 SCRIPT = """
+import pytest
 import torch
 from raycompile.models import examples
 model, args = examples()["reduction_tail"]
@@ -66,6 +71,7 @@ def test_backend_entry_point_and_no_progress_when_not_a_terminal(tmp_path: pathl
     assert "compiling kernels" not in proc.stdout + proc.stderr  # stdout is a pipe: quiet
 
 
+@pytest.mark.slow  # a fresh process with an embedded Ray (the bar's manners: tests/unit/test_output_runtime.py)
 def test_progress_can_be_forced(tmp_path: pathlib.Path) -> None:
     proc = _run({"RAYCOMPILE_PROGRESS": "1"}, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -67,6 +67,7 @@ def test_golden_cpu_module(name: str, farm_on: None) -> None:
     assert normalise(code) == golden.read_text(), f"{golden} differs; see the module docstring to regenerate"
 
 
+@pytest.mark.slow  # the module run by a fresh Python process
 def test_the_module_runs_as_a_script_with_the_farm_off(local_ray: None, tmp_path: pathlib.Path) -> None:
     """Inductor's output modules are runnable benchmarks (``python module.py``); a farm-made one
     too, in a process where the farm is not enabled (FarmCompile is then plain AsyncCompile)."""

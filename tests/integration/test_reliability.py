@@ -29,6 +29,8 @@ import raycompile
 from raycompile.cache import Cache, Entry
 from raycompile.models import examples
 
+pytestmark = pytest.mark.slow  # chaos on a multi-node cluster: workers and nodes killed mid-compile, Redis stopped
+
 SECRET = "reliability-secret"
 
 

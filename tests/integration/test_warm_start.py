@@ -20,6 +20,8 @@ import raycompile
 from raycompile.models import examples
 from raycompile.wrapper import compat
 
+pytestmark = pytest.mark.slow  # a two-node cluster; each shared tier compiled cold, then warm on the other node
+
 
 @pytest.fixture(scope="module")
 def two_nodes() -> Iterator[str]:
