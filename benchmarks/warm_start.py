@@ -141,16 +141,19 @@ def main() -> None:
         urls["redis"] = f"redis://127.0.0.1:{port}/0"
     if "file" in args.shared:
         urls["file"] = f"file://{work / 'shared'}"
-    ray_port = free_port()
-    ray_env = {**os.environ, **secret}
-    ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]  # the `ray` command, wherever ray is installed
-    started = subprocess.run([*ray_cli, "start", "--head", f"--port={ray_port}", "--disable-usage-stats",
-                              "--include-dashboard=false"], capture_output=True, text=True, env=ray_env,
-                             timeout=180, check=False)
-    ray_ok = started.returncode == 0
+    sys.path.insert(0, str(HERE))
+    from overhead import start_ray, stop_ray  # a head of this run's own; never `ray stop`
+
+    try:
+        ray_proc, ray_env = start_ray(work)
+    except RuntimeError as e:
+        print(f"warm_start: {e}; the farm cases are left out", flush=True)
+        ray_proc, ray_env = None, {}
+    ray_ok = ray_proc is not None
     if ray_ok and "ray-head" in args.shared:
         urls["ray-head"] = "ray://head"
-    base = {**secret, "RAY_ADDRESS": f"127.0.0.1:{ray_port}", "RAYCOMPILE_HEAD_CACHE_DIR": str(work / "head")}
+    # the children join it through its current-cluster file (RAY_TMPDIR), as a node's processes do
+    base = {**secret, **ray_env, "RAYCOMPILE_HEAD_CACHE_DIR": str(work / "head")}
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
     print(f"warm_start: model {model}, GPU {gpu}, {os.cpu_count()} CPUs, torch {torch.__version__}", flush=True)
     rows = []
@@ -169,7 +172,8 @@ def main() -> None:
         latency = {name: hit_latency(url, ray_ok) for name, url in [("local", "local"), *urls.items()]
                    if name != "ray-head"}
     finally:
-        subprocess.run([*ray_cli, "stop", "--force"], capture_output=True, timeout=120, check=False)
+        if ray_proc is not None:
+            stop_ray(ray_proc)
         for proc in procs:
             proc.terminate()
     b = rows[1][1]["first_output_s"]

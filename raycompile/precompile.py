@@ -44,7 +44,7 @@ class VariantResult:
     name: str
     status: str
     seconds: float = 0.0
-    jobs: int = 0
+    jobs: int = 0  # compile jobs: on Ray plus those in the node's Inductor workers
     cache_hits: int = 0
     node: str = ""
     error: str = ""
@@ -141,8 +141,9 @@ def run_variant(variant: Variant, paths: Sequence[str] = (), address: str = "aut
     finally:
         s = raycompile.stats()
         raycompile.disable()
+    jobs = s["jobs"] + s.get("jobs_local", 0)  # on Ray, or in the node's own Inductor workers (compile_jobs)
     return VariantResult(variant.name, "failed" if error else "ok", time.perf_counter() - started,
-                         s["jobs"], s.get("local_hits", 0) + s.get("shared_hits", 0), host, error)
+                         jobs, s.get("local_hits", 0) + s.get("shared_hits", 0), host, error)
 
 
 def _why(e: BaseException) -> str:
