@@ -171,7 +171,7 @@ def start_ray(work: pathlib.Path) -> tuple[subprocess.Popen[bytes], dict[str, st
 
 
 def stop_ray(proc: subprocess.Popen[bytes]) -> None:
-    """End the head this run started (never `ray stop`: it ends every Ray on the machine)."""
+    """End the head this run started (never the ray CLI's stop command: it ends every Ray on the machine)."""
     import signal
 
     proc.send_signal(signal.SIGTERM)

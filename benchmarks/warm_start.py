@@ -142,7 +142,7 @@ def main() -> None:
     if "file" in args.shared:
         urls["file"] = f"file://{work / 'shared'}"
     sys.path.insert(0, str(HERE))
-    from overhead import start_ray, stop_ray  # a head of this run's own; never `ray stop`
+    from overhead import start_ray, stop_ray  # a head of this run's own, ended by itself
 
     try:
         ray_proc, ray_env = start_ray(work)

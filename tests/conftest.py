@@ -27,7 +27,7 @@ CORPUS = pathlib.Path(__file__).parent / "fixtures" / "corpus_torch211" / "kerne
 
 # -- Ray's log dumps in failure reports ------------------------------------------------------------
 # When a raylet dies other than by SIGTERM (a node removed with allow_graceful=False, as the chaos
-# tests do, or `ray stop --force` run by anyone on this machine: it kills every Ray here, whatever
+# tests do, or the ray CLI's `stop --force` run by anyone on this machine: it kills every Ray here, whatever
 # its temp dir or ports), each of its agents publishes "Raylet is terminated. ... Last 20 lines of
 # the Raylet logs:" with those lines (the raylet's "[state-dump]" tables and its own log lines), and
 # every driver of the cluster prints that on stdout under "(raylet)", log_to_driver=False or not

@@ -8,7 +8,7 @@ Ray kills every process it started (and its reaper does if that process dies).
 
 Both take every port free (Ray picks most of them itself; a head's dashboard agent would take
 52365, the same for every Ray on the machine, and wait out a clash); ``ray_cluster`` lives in the
-session's temp dir (tests/conftest.py's RAY_TMPDIR). Nothing here survives `ray stop` run elsewhere
+session's temp dir (tests/conftest.py's RAY_TMPDIR). Nothing here survives the ray CLI's stop run elsewhere
 on the machine: it stops every Ray process it finds, whatever their ports and temp dirs."""
 
 from __future__ import annotations
