@@ -142,10 +142,10 @@ def main() -> None:
     if "file" in args.shared:
         urls["file"] = f"file://{work / 'shared'}"
     sys.path.insert(0, str(HERE))
-    from overhead import start_ray, stop_ray  # a head of this run's own, ended by itself
+    import overhead  # its head: one of this run's own, ended by itself
 
     try:
-        ray_proc, ray_env = start_ray(work)
+        ray_proc, ray_env = overhead.start_ray(work)
     except RuntimeError as e:
         print(f"warm_start: {e}; the farm cases are left out", flush=True)
         ray_proc, ray_env = None, {}
@@ -173,7 +173,7 @@ def main() -> None:
                    if name != "ray-head"}
     finally:
         if ray_proc is not None:
-            stop_ray(ray_proc)
+            overhead.stop_ray(ray_proc)
         for proc in procs:
             proc.terminate()
     b = rows[1][1]["first_output_s"]
