@@ -41,14 +41,12 @@ def triton_job(fn: Callable[..., Any], args: tuple[Any, ...], versions: Versions
     return TritonJob(name, source, versions, env, config)
 
 
-def _cpp_label(steps: list[CppStep]) -> str:
+def _cpp_label(steps: list[CppStep], inputs: dict[str, bytes]) -> str:
     """A C++ job's label where the output module's kernel name is not known: the library's hash
-    and the length of the kernel's source (the ``.cpp`` files its commands compile),
+    and the length of the kernel's source (the ``.cpp`` inputs the job already carries),
     ``C++ kernel c7vumwyt (120 lines)``."""
-    lines = 0
-    for path in {t for step in steps for t in step.command if t.endswith(".cpp")}:
-        with contextlib.suppress(OSError), open(path, errors="replace") as f:
-            lines += compat.cpp_kernel_lines(f.read())
+    lines = sum(compat.cpp_kernel_lines(data.decode(errors="replace"))
+                for path, data in inputs.items() if path.endswith(".cpp"))
     return f"C++ kernel {os.path.basename(steps[-1].target).split('.')[0][:8]} ({lines} lines)"
 
 
@@ -75,7 +73,7 @@ def cpp_job(task: Callable[..., Any], versions: Versions) -> CppJob | None:
                     inputs[path] = f.read()
         steps.append(CppStep(argv, target, f"{target}.rcbuild"))
         produced.add(target)
-    name = compat.defining_cpp_kernel() or _cpp_label(steps)
+    name = compat.defining_cpp_kernel() or _cpp_label(steps, inputs)
     return CppJob(name, tuple(steps), inputs, versions, lock_path)
 
 

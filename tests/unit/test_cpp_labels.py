@@ -44,6 +44,6 @@ def test_without_a_name_the_label_is_the_hash_and_the_kernels_length(tmp_path: p
                       "// Python bindings to call kernel():\n#define PY_SSIZE_T_CLEAN\n#include <Python.h>\n")
     target = str(source).replace(".cpp", ".so")
     step = CppStep(["g++", str(source), "-shared", "-o", target], target, f"{target}.rcbuild")
-    assert _cpp_label([step]) == "C++ kernel c7vumwyt (5 lines)"
+    assert _cpp_label([step], {str(source): source.read_bytes()}) == "C++ kernel c7vumwyt (5 lines)"
     gone = CppStep(["g++", str(tmp_path / "cgone.main.cpp"), "-o", target], target, "b")
-    assert _cpp_label([gone]) == "C++ kernel c7vumwyt (0 lines)"  # a source gone: still a label
+    assert _cpp_label([gone], {}) == "C++ kernel c7vumwyt (0 lines)"  # no source carried: still a label
