@@ -76,6 +76,7 @@ def farm_compared(templates: list[dict[str, Any]], configs: list[dict[str, Any]]
     """While the farm tunes: the actors' raw timings of each decision, and the ``compare`` fastest
     Triton choices on the actors (every config of a kernel) timed here as well (diagnostic only)."""
     from raycompile.wrapper import autotune as at
+    from raycompile.wrapper import compat
 
     pool_benchmark, tuner_benchmark = at.FarmTuningPool.benchmark, at.ConfigTuner.benchmark_all_configs
 
@@ -97,7 +98,7 @@ def farm_compared(templates: list[dict[str, Any]], configs: list[dict[str, Any]]
             final = pool_benchmark(self, choices)
         finally:
             restore()
-        ours = [c for c in choices if at.is_gpu_template_choice(c)]
+        ours = [c for c in choices if compat.autotune.is_gpu_template_choice(c)]
         if seen and len(seen) == len(ours):
             rows = []
             fastest = {id(c) for c, _ in sorted(zip(ours, seen), key=lambda p: p[1].ms)[:compare]}
@@ -105,7 +106,7 @@ def farm_compared(templates: list[dict[str, Any]], configs: list[dict[str, Any]]
                 here = float("nan")
                 if id(c) in fastest:
                     try:
-                        here = at.local_template_ms(c)
+                        here = compat.autotune.local_template_ms(c)
                     except Exception:
                         here = float("inf")
                 rows.append((label(c), t.ms, here, final.get(c, float("nan")), t.seconds, t.gpu))
@@ -124,7 +125,7 @@ def farm_compared(templates: list[dict[str, Any]], configs: list[dict[str, Any]]
             rows = []
             for launcher, t in zip(launchers, seen):
                 try:
-                    here = at.local_config_ms(kernel, launcher, args, kwargs)
+                    here = compat.bench_launcher(kernel, launcher, args, kwargs)
                 except Exception:
                     here = float("inf")
                 rows.append((str(launcher.config), t.ms, here, final.get(launcher, float("nan")), t.seconds))

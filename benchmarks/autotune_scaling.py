@@ -106,7 +106,7 @@ def child(mode: str, model: str, steps: int, layers: int, profile: bool = False)
         import raycompile
 
         stats = raycompile.stats()
-        tuning = getattr(raycompile._session, "autotune", None)
+        tuning = getattr(raycompile.session.current(), "autotune", None)
         if profile and tuning is not None:
             profiles.update({f"GPU actor {gpu}": text for gpu, text in tuning.pool.profile_reports().items()})
         time.sleep(10)  # whatever the farm left running has had time to end

@@ -32,16 +32,15 @@ DEFAULT_CORPUS = HERE.parent / "tests" / "fixtures" / "corpus_torch211" / "kerne
 
 
 def make_jobs(corpus: pathlib.Path, copies: int) -> list:
-    from raycompile.kernels import TritonJob, Versions
     from raycompile.kernels.sources import find_kernels
+    from raycompile.wrapper.jobs import triton_job
 
-    versions = Versions.here()
     jobs = []
     for c in range(copies):
         for k in find_kernels([str(corpus)]):
             name = f"{k.name}_c{c}"
             source = re.sub(rf"\bdef {k.name}\(", f"def {name}(", k.source)
-            jobs.append(TritonJob(name, source, versions))
+            jobs.append(triton_job(name, source))
     return jobs
 
 
@@ -51,10 +50,11 @@ def fresh_triton_cache() -> None:
 
 def run_serial(jobs: list) -> tuple[float, float]:
     from raycompile.kernels import Built, run_job
+    from raycompile.wrapper.compat import TOOLCHAIN
 
     fresh_triton_cache()
     start = time.perf_counter()
-    results = [run_job(j) for j in jobs]
+    results = [run_job(j, TOOLCHAIN) for j in jobs]
     assert all(isinstance(r, Built) for r in results), [r for r in results if not isinstance(r, Built)][:1]
     return time.perf_counter() - start, sum(r.seconds for r in results)
 
@@ -63,13 +63,14 @@ def run_subproc(jobs: list, workers: int) -> tuple[float, float]:
     from torch._inductor.compile_worker.subproc_pool import SubprocPool
 
     from raycompile.kernels import Built, run_job
+    from raycompile.wrapper.compat import TOOLCHAIN
 
     fresh_triton_cache()
     pool = SubprocPool(workers)
     try:
         pool.submit(os.getpid).result(timeout=300)  # start-up is not part of the timing
         start = time.perf_counter()
-        results = [f.result(timeout=600) for f in [pool.submit(run_job, j) for j in jobs]]
+        results = [f.result(timeout=600) for f in [pool.submit(run_job, j, TOOLCHAIN) for j in jobs]]
         wall = time.perf_counter() - start
     finally:
         pool.shutdown()
@@ -100,7 +101,9 @@ def run_farm(jobs: list, workers: int, nodes: int = 1) -> tuple[float, float]:
     else:
         settings = Settings.resolve(num_cpus=workers)
     try:
-        return _timed_farm(ray, Farm(settings), jobs, Built)
+        from raycompile.wrapper.compat import TOOLCHAIN
+
+        return _timed_farm(ray, Farm(settings, toolchain=TOOLCHAIN), jobs, Built)
     finally:
         if cluster is not None:
             cluster.shutdown()

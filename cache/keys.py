@@ -1,30 +1,35 @@
-"""The cache key: one pure function of everything that changes a kernel's binary.
+"""A kernel's identity, and the layout of what its cache entry holds. The one place either is
+defined: the farm's dedupe, the tiers, the cluster coordinator, the output module's manifest and the
+autotune winners all name a kernel by the key made here, computed once when its job is made
+(``wrapper/jobs.py``) and carried by the job (``kernels.jobs.TritonJob.key``).
 
-Inputs: the kernel source (Triton module text, or the C++ sources and the resolved command lines),
-the torch / triton / ptxas versions, the target arch, and the settings Inductor passes with the job.
-The CUDA device index is NOT an input: the cubin does not depend on it, so the same kernel
+Inputs of a key: the kernel source (Triton module text, or the C++ sources and the resolved command
+lines), the torch / triton / ptxas versions, the target arch, and the settings Inductor passes with
+the job. The CUDA device index is NOT an input: the cubin does not depend on it, so the same kernel
 compiled for cuda:0 and cuda:1 (rank 0 and rank 1) shares one entry, where Inductor's FX-graph cache
 misses (pytorch#170123). The cached autotuner records its device; the loader points it at the
 requesting device (``wrapper.compat.set_autotuner_device``).
-"""
 
+An entry's blobs are named:
+- ``triton/GROUP/FILE``: a file of Triton's cache group GROUP (relative to a Triton cache dir);
+- ``inductor/REL``: a file under Inductor's cache dir (the C++ libraries it loads);
+- an absolute path: a file that lives there on every node;
+- ``payload``: the pickled compiled kernel (Inductor's ``CachingAutotuner``), not a file.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
+import os
 from collections.abc import Mapping, Sequence
 
 KEY_VERSION = 1  # bump when the layout of what is cached changes
 
-_DEVICE_INDEX = re.compile(r"(DeviceProperties\(type='\w+', )index=\d+, ")
-
-
-def normalize_source(source: str) -> str:
-    """The kernel source with its device index removed (it does not change the binary)."""
-    return _DEVICE_INDEX.sub(r"\1", source)
-
+TRITON = "triton/"
+INDUCTOR = "inductor/"
+PAYLOAD = "payload"
+INDUCTOR_DIR_TOKEN = "<inductor-cache>"  # a C++ command's paths under Inductor's cache dir, in its key
 
 def kernel_key(
     kind: str,
@@ -39,7 +44,7 @@ def kernel_key(
     doc = {
         "v": KEY_VERSION,
         "kind": kind,
-        "sources": [normalize_source(s) for s in sources],
+        "sources": list(sources),
         "torch": torch_version,
         "triton": triton_version,
         "ptxas": ptxas_version,
@@ -47,3 +52,74 @@ def kernel_key(
         "settings": {k: repr(settings[k]) for k in sorted(settings)},
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def triton_key(source: str, torch_version: str, triton_version: str, ptxas_version: str,
+               target: tuple[str, int, int], extra_config: Mapping[str, object]) -> str:
+    """An Inductor Triton kernel module's key. ``source``: the module text without its device
+    index (``wrapper.compat.without_device_index``: the cubin does not depend on it); ``target``:
+    (device type, compute capability, warp size) recorded in it; ``extra_config``: what
+    ``AsyncCompile.triton`` sends with it."""
+    device, cc, warp = target
+    return kernel_key("triton", [source], torch_version, triton_version, ptxas_version, f"{device}:{cc}:{warp}",
+                      extra_config)
+
+
+def cpp_build_key(commands: Sequence[Sequence[str]], inputs: Mapping[str, bytes], torch_version: str,
+                  triton_version: str, compiler_version: str, inductor_dir: str) -> str:
+    """A C++ kernel build's key: its resolved command lines and the bytes of the files it reads.
+    Paths under ``inductor_dir`` (this process's Inductor cache dir) are named relative to it, so a
+    node with another TORCHINDUCTOR_CACHE_DIR finds the same entry."""
+    parts = [" ".join(c).replace(inductor_dir, INDUCTOR_DIR_TOKEN) for c in commands]
+    parts += [f"{path.replace(inductor_dir, INDUCTOR_DIR_TOKEN)}:{hashlib.sha256(data).hexdigest()}"
+              for path, data in sorted(inputs.items())]
+    return kernel_key("cpp", parts, torch_version, triton_version, compiler_version, "", {})
+
+
+def cpp_source_key(argtypes: Sequence[str], source: str, torch_version: str, triton_version: str,
+                   compiler_version: str, march: str) -> str:
+    """A C++ kernel's key in the output module's manifest, where its build commands do not exist
+    yet (Inductor writes the source out when it builds): source, argument types, compiler, CPU."""
+    return kernel_key("cpp-source", [repr(list(argtypes)), source], torch_version, triton_version,
+                      compiler_version, march, {})
+
+
+def module_key(kind: str, inductor_key: str) -> str:
+    """The entry of a whole compiled module Inductor's remote cache stores (``kind``: "fx" for an
+    FX-graph entry, "aot" for an AOTAutograd one) under Inductor's own key."""
+    return hashlib.sha256(f"raycompile-module:{kind}:{inductor_key}".encode()).hexdigest()
+
+
+# --- the blobs of an entry --------------------------------------------------------------------
+
+
+def triton_blob(group: str, name: str) -> str:
+    """The blob name of file ``name`` of Triton cache group ``group``."""
+    return f"{TRITON}{group}/{name}"
+
+
+def triton_blobs(blobs: Mapping[str, bytes]) -> dict[str, bytes]:
+    """The Triton cache group files among ``blobs``."""
+    return {n: d for n, d in blobs.items() if n.startswith(TRITON)}
+
+
+def to_paths(blobs: Mapping[str, bytes], triton_dir: str, inductor_dir: str) -> dict[str, bytes]:
+    """Blob names -> paths on this node: ``triton/GROUP/FILE`` under ``triton_dir``,
+    ``inductor/REL`` under ``inductor_dir``, absolute as is; the payload is not a file."""
+    out = {}
+    for name, data in blobs.items():
+        if name.startswith(TRITON):
+            if triton_dir:
+                out[os.path.join(triton_dir, name[len(TRITON):])] = data
+        elif name.startswith(INDUCTOR):
+            out[os.path.join(inductor_dir, name[len(INDUCTOR):])] = data
+        elif os.path.isabs(name):
+            out[name] = data
+    return out
+
+
+def from_paths(files: Mapping[str, bytes], inductor_dir: str) -> dict[str, bytes]:
+    """Paths on this node (and ``triton/`` names as they are) -> blob names: a path under
+    ``inductor_dir`` becomes ``inductor/REL``."""
+    base = inductor_dir.rstrip(os.sep) + os.sep
+    return {(INDUCTOR + n[len(base):] if n.startswith(base) else n): d for n, d in files.items()}

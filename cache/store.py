@@ -97,6 +97,15 @@ class Tier(Protocol):
     def put(self, entry: Entry) -> int: ...
 
 
+def get_many(tier: Tier, keys: list[str]) -> dict[str, Entry | Miss]:
+    """Every key's lookup in ``tier``: in one round trip where the tier can batch (``get_many``),
+    else one ``get`` each."""
+    batched = getattr(tier, "get_many", None)
+    if batched is not None:
+        return dict(batched(keys))
+    return {key: tier.get(key) for key in keys}
+
+
 def _blob_file(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()[:32]
 
@@ -113,6 +122,10 @@ class FileTier:
 
     def _dir(self, key: str) -> str:
         return os.path.join(self.root, "entries", key[:2], key)
+
+    def has(self, key: str) -> bool:
+        """Whether an entry is stored under ``key`` (not verified: ``get`` does that)."""
+        return os.path.exists(os.path.join(self._dir(key), "manifest.json"))
 
     def get_raw(self, key: str) -> tuple[bytes, dict[str, bytes | None]] | None:
         """The stored manifest and blobs, unverified (None when absent); for a service that
@@ -272,12 +285,26 @@ class RedisTier:
         return Miss("unavailable", str(e))
 
     def get(self, key: str) -> Entry | Miss:
+        return self.get_many([key])[key]
+
+    def get_many(self, keys: list[str]) -> dict[str, Entry | Miss]:
+        """Every key's entry in one round trip (a pipeline of HGETALLs): what one output module's
+        kernels cost a warm node, instead of one round trip each."""
         import redis
 
         try:
-            fields = self._client.hgetall(f"raycompile:entry:{key}")
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(f"raycompile:entry:{key}")
+            replies = pipe.execute()
         except redis.RedisError as e:
-            return self._unavailable(e)
+            miss = self._unavailable(e)
+            return dict.fromkeys(keys, miss)
+        return {key: self._entry(key, fields) for key, fields in zip(keys, replies)}
+
+    def _entry(self, key: str, fields: dict[bytes, bytes]) -> Entry | Miss:
+        import redis
+
         if not fields:
             return Miss("absent")
         manifest = fields.pop(b"__manifest__", b"")

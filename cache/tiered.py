@@ -18,13 +18,18 @@ from typing import Any
 
 from ..errors import SettingsError
 from .signing import load_secret
-from .store import Entry, FileTier, Miss, RedisTier, Tier, TierUnavailable
+from .store import Entry, FileTier, Miss, RedisTier, Tier, TierUnavailable, get_many
 
 log = logging.getLogger("raycompile.cache")
 
 # A refusal is reported once, this long after the first, so the warning can give the count of a
 # whole module's lookups rather than one.
 REFUSED_WARNING_DELAY_S = 2.0
+# A lookup waits at most this long for the batched shared lookup (``prefetch``) its key is in;
+# each tier bounds its own round trip too (Redis: 2 s; the head service: its time-out).
+PREFETCH_WAIT_S = 60.0
+# Prefetched entries nobody asked for are dropped past this many (a module's kernels, many times over).
+PREFETCH_KEEP = 4096
 
 
 class Cache:
@@ -38,6 +43,8 @@ class Cache:
         self._refused = 0
         self._warning: threading.Timer | None = None
         self._lock = threading.Lock()
+        # key -> the batched shared lookup it is in (``prefetch``): its result, once, for ``get``
+        self._prefetch: dict[str, Future[dict[str, Entry | Miss]]] = {}
 
     @classmethod
     def from_settings(cls, cache_dir: str, shared_url: str, max_bytes: int | None, stats: Any,
@@ -54,11 +61,64 @@ class Cache:
             return cls(local, ray_tier(secret) if ray_tier is not None else None, stats)
         return cls(local, shared_tier(shared_url, secret), stats)
 
+    def prefetch(self, keys: list[str]) -> int:
+        """Look up in the shared tier, in ONE batched round trip, every key of ``keys`` the local
+        tier lacks (an output module's kernels, as it loads), in the background; a ``get`` of one of
+        them then waits for that answer instead of a round trip of its own. Returns how many keys
+        went into the batch (0: no shared tier, or all local)."""
+        shared = self.shared
+        if shared is None or not keys:
+            return 0
+        wanted = [k for k in dict.fromkeys(keys) if not (self.local is not None and self.local.has(k))]
+        with self._lock:
+            wanted = [k for k in wanted if k not in self._prefetch]
+            if not wanted:
+                return 0
+            future: Future[dict[str, Entry | Miss]] = Future()
+            for k in wanted:
+                self._prefetch[k] = future
+            while len(self._prefetch) > PREFETCH_KEEP:
+                self._prefetch.pop(next(iter(self._prefetch)))
+
+        def fetch() -> None:
+            try:
+                future.set_result(get_many(shared, wanted))
+            except BaseException as e:  # noqa: BLE001 - handed to each waiting get, which looks up alone
+                future.set_exception(e)
+
+        self.stats.add(shared_batches=1)
+        try:
+            if self._submit is None:
+                raise RuntimeError("no executor")
+            self._submit(fetch)
+        except RuntimeError:  # no executor, or it is shut down: each get looks up by itself
+            with self._lock:
+                for k in wanted:
+                    self._prefetch.pop(k, None)
+            return 0
+        return len(wanted)
+
+    def _prefetched(self, key: str) -> Entry | Miss | None:
+        """The batched answer for ``key`` (waited for), or None when it is in no batch (or the
+        batch failed: the caller looks up by itself)."""
+        with self._lock:
+            future = self._prefetch.pop(key, None)
+        if future is None:
+            return None
+        try:
+            return future.result(timeout=PREFETCH_WAIT_S).get(key)
+        except FutureTimeout:
+            log.debug("raycompile: the batched shared lookup took over %.0f s; looking up %s alone",
+                      PREFETCH_WAIT_S, key[:12])
+        except Exception as e:  # noqa: BLE001 - whatever the batch raised: the caller looks up alone
+            log.debug("raycompile: the batched shared lookup failed (%s: %s)", type(e).__name__, e)
+        return None
+
     def get(self, key: str) -> Entry | None:
         for tier in (self.local, self.shared):
             if tier is None:
                 continue
-            result = tier.get(key)
+            result = (self._prefetched(key) if tier is self.shared else None) or tier.get(key)
             if isinstance(result, Entry):
                 self.stats.add(bytes_read=result.size, **{f"{tier.name}_hits": 1})
                 if tier is self.shared and self.local is not None:
@@ -175,6 +235,12 @@ class DeferredTier:
         if isinstance(tier, Miss):
             return tier
         return tier.get(key) if tier is not None else Miss("absent")
+
+    def get_many(self, keys: list[str]) -> dict[str, Entry | Miss]:
+        tier = self.tier()
+        if isinstance(tier, Miss):
+            return dict.fromkeys(keys, tier)
+        return get_many(tier, keys) if tier is not None else dict.fromkeys(keys, Miss("absent"))
 
     def put(self, entry: Entry) -> int:
         tier = self.tier()

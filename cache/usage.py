@@ -39,10 +39,10 @@ log = logging.getLogger("raycompile.cache")
 COUNTERS = (
     # cache
     "local_hits", "shared_hits", "misses", "corrupt", "refused", "evictions", "bytes_read", "bytes_written",
-    "shared_unavailable", "put_errors",
+    "shared_unavailable", "shared_batches", "put_errors",
     # compile jobs
     "jobs", "jobs_local", "deduped", "dedupe_cluster", "coordinator_unavailable", "fallbacks", "retried", "failures",
-    "compile_seconds",
+    "key_mismatches", "compile_seconds",
     # autotuning on GPU actors
     "benchmarks", "benchmark_seconds", "benchmark_wall_seconds", "benchmark_failures", "gpu_restarts",
     "benchmarks_local", "autotune_cached", "benchmarks_verified",

@@ -1,12 +1,14 @@
-"""Pure job code: compile Triton and C++ kernels. No Ray import here; the orchestrator runs
-these functions on workers, and the CLI and tests call them directly."""
+"""Pure job code: compile Triton and C++ kernels, time benchmark candidates. Nothing here imports
+Ray (the orchestrator runs these functions on workers) or the Inductor adapter (what a job calls in
+Inductor is the ``Toolchain`` passed in); the layering test keeps it so."""
 
 from __future__ import annotations
 
 from .jobs import Built, CppJob, CppStep, Failed, Job, Result, TritonJob, Versions
+from .toolchain import Toolchain
 
 
-def run_job(job: Job) -> Result:
+def run_job(job: Job, toolchain: Toolchain) -> Result:
     """Run one job here. Refuses (as a ``Failed`` of kind "version") a job made by a driver with
     another torch or triton: its binary would not match what the driver expects."""
     here = Versions.here()
@@ -20,10 +22,10 @@ def run_job(job: Job) -> Result:
     if isinstance(job, TritonJob):
         from .triton_compile import run_triton_job
 
-        return run_triton_job(job)
+        return run_triton_job(job, toolchain)
     from .cpp_compile import run_cpp_job
 
     return run_cpp_job(job)
 
 
-__all__ = ["Built", "CppJob", "CppStep", "Failed", "Job", "Result", "TritonJob", "Versions", "run_job"]
+__all__ = ["Built", "CppJob", "CppStep", "Failed", "Job", "Result", "Toolchain", "TritonJob", "Versions", "run_job"]

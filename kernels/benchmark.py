@@ -21,15 +21,15 @@ import collections
 import hashlib
 import os
 import pickle
-import re
 import sys
 import tempfile
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..cache import keys
 from .jobs import Versions
+from .toolchain import Toolchain
 
 INF = float("inf")
 
@@ -86,19 +86,17 @@ def describe_args(values: Sequence[Any], by_value: bool = False) -> tuple[Any, .
     return tuple(one(v) for v in values)
 
 
-def make_args(described: Sequence[Any], device: Any) -> list[Any]:
+def make_args(described: Sequence[Any], device: Any, toolchain: Toolchain) -> list[Any]:
     """The arguments on ``device``: a ``TensorArg`` with values is copied there; one without is
     made as Inductor's compile-time autotune makes example arguments (``rand_strided``: random
     floats, zeros for integer and bool tensors)."""
     import torch
 
-    from ..wrapper import autotune_actor as seams
-
     def one(v: Any) -> Any:
         if isinstance(v, TensorArg):
             dtype = getattr(torch, v.dtype)
             if v.data is None:
-                return seams.rand_strided(v.shape, v.stride, dtype, device, v.offset)
+                return toolchain.rand_strided(v.shape, v.stride, dtype, device, v.offset)
             n = v.offset + _extent(v.shape, v.stride)
             flat = torch.frombuffer(bytearray(v.data), dtype=torch.uint8).view(dtype) if n else \
                 torch.empty(0, dtype=dtype)
@@ -120,7 +118,7 @@ class Payload:
     kind: str  # "template" | "inductor" | "user"
     name: str  # the kernel's name in its module
     source: str  # the module source (template, inductor) or the kernel's source bundle (user)
-    files: dict[str, bytes] = field(default_factory=dict)  # "triton/GROUP/FILE" -> bytes
+    files: dict[str, bytes] = field(default_factory=dict)  # the Triton cache group's blobs (cache/keys.py)
     bmreq: bytes = b""  # template: the pickled TritonBenchmarkRequest
     args: tuple[Any, ...] = ()  # inductor, user: described arguments (describe_args)
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -240,66 +238,7 @@ def has_indirect_indexing(source: str) -> bool:
     return False
 
 
-# --- user kernels (raycompile.autotune) ---------------------------------------------------------
-
-
-def bundle_user_kernel(kernel: Any) -> tuple[str, dict[str, Any]]:
-    """A ``@triton.jit`` kernel as (module source, globals it refers to). A JITFunction does not
-    pickle (it holds locks), and the module that defines it may not exist on a GPU node, so its
-    source travels: the kernel and every ``@triton.jit`` function it calls, modules it uses by
-    import name, other globals by value (cloudpickle). Raises TypeError for an object that is not
-    a JITFunction."""
-    from triton.runtime.jit import JITFunction
-
-    if not isinstance(kernel, JITFunction):
-        raise TypeError(f"expected a @triton.jit function, got {type(kernel).__name__}")
-    order: list[JITFunction] = []
-    seen: set[int] = set()
-    modules: dict[str, str] = {}
-    values: dict[str, Any] = {}
-    aliases: dict[str, str] = {}
-
-    def code_names(code: types.CodeType) -> set[str]:
-        out = set(code.co_names)
-        for const in code.co_consts:
-            if isinstance(const, types.CodeType):
-                out |= code_names(const)
-        return out
-
-    def visit(fn: JITFunction) -> None:
-        if id(fn) in seen:
-            return
-        seen.add(id(fn))
-        scope = dict(fn.fn.__globals__)
-        code = fn.fn.__code__
-        for name, cell in zip(code.co_freevars, fn.fn.__closure__ or ()):  # a kernel defined in a function
-            scope[name] = cell.cell_contents
-        for name in sorted(code_names(code) | set(code.co_freevars)):
-            if name not in scope:
-                continue  # an attribute name, or a builtin
-            value = scope[name]
-            if isinstance(value, JITFunction):
-                visit(value)
-                if value.__name__ != name:
-                    aliases[name] = value.__name__
-            elif isinstance(value, types.ModuleType):
-                modules[name] = value.__name__
-            else:
-                values[name] = value
-        order.append(fn)
-
-    visit(kernel)
-    lines = ["import importlib", "import triton", "import triton.language as tl", ""]
-    lines += [f"{name} = importlib.import_module({module!r})" for name, module in sorted(modules.items())]
-    for fn in order:
-        options = []
-        if getattr(fn, "do_not_specialize", None):
-            options.append(f"do_not_specialize={list(fn.do_not_specialize)!r}")
-        if getattr(fn, "noinline", False):
-            options.append("noinline=True")
-        lines += ["", "", f"@triton.jit({', '.join(options)})" if options else "@triton.jit", fn.src.strip()]
-    lines += [""] + [f"{alias} = {target}" for alias, target in sorted(aliases.items())]
-    return "\n".join(lines) + "\n", values
+# --- user kernels (raycompile.autotune; bundled by wrapper.compat.bundle_user_kernel) ------------
 
 
 def load_user_kernel(name: str, source: str, values: dict[str, Any]) -> Any:
@@ -314,7 +253,7 @@ def load_user_kernel(name: str, source: str, values: dict[str, Any]) -> Any:
     directory = os.path.join(tempfile.gettempdir(), f"raycompile-user-kernels-{os.getuid()}")
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"{module_name}.py")
-    from ..cache import write_atomic
+    from ..cache.files import write_atomic
 
     write_atomic(path, source.encode())
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -333,25 +272,13 @@ def launch_options(config: dict[str, Any]) -> dict[str, Any]:
 
 # --- timing -------------------------------------------------------------------------------------
 
-_DEVICE_INDEX = re.compile(r"(DeviceProperties\(type='\w+', index=)\d+")
+def publish_triton_files(files: dict[str, bytes], triton_dir: str) -> None:
+    """Write a kernel's Triton cache group where this process's Triton looks (``triton_dir``):
+    its cubins load instead of being compiled again."""
+    if files:
+        from ..cache.files import publish
 
-
-def retarget_device(source: str, index: int) -> str:
-    """``source`` with its recorded CUDA device index set to ``index`` (a GPU actor sees only its
-    own GPU, as device 0 in most clusters; the cubins do not depend on the index)."""
-    return _DEVICE_INDEX.sub(rf"\g<1>{index}", source)
-
-
-def publish_triton_files(files: dict[str, bytes], device_index: int) -> None:
-    """Write a kernel's Triton cache group where this process's Triton looks: its cubins load
-    instead of being compiled again."""
-    if not files:
-        return
-    from ..cache import publish
-    from ..wrapper import compat
-
-    base = compat.driver_triton_cache_dir(device_index)
-    publish({os.path.join(base, name.removeprefix("triton/")): data for name, data in files.items()})
+        publish(keys.to_paths(keys.triton_blobs(files), triton_dir, ""))
 
 
 class GPUTiming:
@@ -359,7 +286,8 @@ class GPUTiming:
     flush, the median of repeats). Loaded kernels are kept (by ``Payload.kernel_id``) so each
     candidate after a kernel's first costs only its own timing."""
 
-    def __init__(self, keep: int = 64) -> None:
+    def __init__(self, toolchain: Toolchain, keep: int = 64) -> None:
+        self.toolchain = toolchain
         self._loaded: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._keep = keep
 
@@ -370,10 +298,8 @@ class GPUTiming:
         return gpu
 
     def warm(self) -> None:
-        """The one-time set-up of a GPU worker, done while it starts (``autotune_actor.warm``)."""
-        from ..wrapper import autotune_actor as seams
-
-        seams.warm(self._device())
+        """The one-time set-up of a GPU worker, done while it starts."""
+        self.toolchain.warm_gpu_worker(self._device())
 
     def __call__(self, job: BenchJob, payload: Payload) -> float:
         """Milliseconds of ``job``'s candidate; raises what the candidate raised."""
@@ -396,44 +322,40 @@ class GPUTiming:
 
         return torch.device("cuda", torch.cuda.current_device())
 
-    def _template(self, job: BenchJob, payload: Payload) -> float:
-        from ..wrapper import autotune_actor as seams
+    def _publish(self, payload: Payload, device: Any) -> None:
+        self.toolchain.match_compile_env()
+        publish_triton_files(payload.files, self.toolchain.triton_cache_dir(device.index))
 
-        device = self._device()
-        seams.match_compile_env()
-        publish_triton_files(payload.files, device.index)
+    def _template(self, job: BenchJob, payload: Payload) -> float:
+        tc, device = self.toolchain, self._device()
+        self._publish(payload, device)
         bmreq = pickle.loads(payload.bmreq)
-        seams.point_request_here(bmreq, retarget_device(payload.source, device.index), device)
-        return seams.run_request(bmreq)
+        tc.point_request_here(bmreq, tc.retarget_device(payload.source, device.index), device)
+        return tc.run_request(bmreq)
 
     def _inductor(self, job: BenchJob, payload: Payload) -> float:
-        from ..wrapper import autotune_actor as seams
-
-        device = self._device()
+        tc, device = self.toolchain, self._device()
 
         def load() -> Any:
-            seams.match_compile_env()
-            publish_triton_files(payload.files, device.index)
-            return seams.load_autotuner(payload.name, retarget_device(payload.source, device.index))
+            self._publish(payload, device)
+            return tc.load_autotuner(payload.name, tc.retarget_device(payload.source, device.index))
 
         kernel = self._memo(payload, load)
-        launcher = seams.launcher_for(kernel, job.config)
+        launcher = tc.launcher_for(kernel, job.config)
         if launcher is None:
             raise RuntimeError(f"{job.name}: no compiled config of the kernel matches on this GPU")
-        args = make_args(payload.args, device)
-        kwargs = dict(zip(payload.kwargs, make_args(list(payload.kwargs.values()), device)))
-        return seams.bench_launcher(kernel, launcher, args, kwargs)
+        args = make_args(payload.args, device, tc)
+        kwargs = dict(zip(payload.kwargs, make_args(list(payload.kwargs.values()), device, tc)))
+        return tc.bench_launcher(kernel, launcher, args, kwargs)
 
     def _user(self, job: BenchJob, payload: Payload) -> float:
         import cloudpickle
         import torch
 
-        from ..wrapper import autotune_actor as seams
-
         device = self._device()
         kernel = self._memo(payload, lambda: load_user_kernel(
             payload.name, payload.source, cloudpickle.loads(payload.globals) if payload.globals else {}))
-        args = make_args(payload.args, device)
+        args = make_args(payload.args, device, self.toolchain)
         grid = cloudpickle.loads(payload.grid)
         options = launch_options(job.config)
         kwargs = {**payload.kwargs, **options}
@@ -443,7 +365,7 @@ class GPUTiming:
 
         launch()  # compiles this config; an error here is the config's
         torch.cuda.synchronize()
-        return seams.benchmark_gpu(launch)
+        return self.toolchain.benchmark_gpu(launch)
 
 
 def fastest(timings: Sequence[Timing]) -> Timing | None:

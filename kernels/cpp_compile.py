@@ -17,9 +17,8 @@ import time
 
 from filelock import FileLock
 
+from ..cache.files import write_atomic
 from .jobs import Built, CppJob, Failed, Result
-
-BUILD_TIMEOUT_S = 600.0
 
 
 @functools.lru_cache(maxsize=8)  # a pure function of (compiler, this machine's CPU)
@@ -61,24 +60,17 @@ def resolve_command(command: str) -> list[str]:
     return out
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
 def run_cpp_job(job: CppJob) -> Result:
-    """Run each step whose target is missing; return every step's target bytes."""
+    """Run each step whose target is missing; return every step's target bytes. Each step, and the
+    wait for another worker building the same library, is bounded by the job's ``timeout_s``."""
     start = time.perf_counter()
     try:
         for path, data in job.inputs.items():
             if not os.path.exists(path):
-                _write_atomic(path, data)
+                write_atomic(path, data)
         lock_path = job.lock_path or os.path.join(os.path.dirname(job.steps[-1].target), ".lock")
         os.makedirs(os.path.dirname(lock_path), exist_ok=True)
-        with FileLock(lock_path, timeout=BUILD_TIMEOUT_S):
+        with FileLock(lock_path, timeout=job.timeout_s):
             for step in job.steps:
                 if os.path.exists(step.target):
                     continue
@@ -92,7 +84,7 @@ def run_cpp_job(job: CppJob) -> Result:
                 try:
                     proc = subprocess.run(
                         command, cwd=step.build_dir, capture_output=True, text=True,
-                        timeout=BUILD_TIMEOUT_S, check=False,
+                        timeout=job.timeout_s, check=False,
                     )
                 finally:
                     shutil.rmtree(step.build_dir, ignore_errors=True)
@@ -108,7 +100,7 @@ def run_cpp_job(job: CppJob) -> Result:
             for step in job.steps:
                 with open(step.target, "rb") as f:
                     files[step.target] = f.read()
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - a time-out, a lock held too long, a full disk: the job's result
         return Failed(job.key, job.label, f"{type(e).__name__}: {e}", seconds=time.perf_counter() - start)
     return Built(job.key, job.label, time.perf_counter() - start, files=files)
 

@@ -1,14 +1,14 @@
 """The jobs the farm runs and the results they return: plain, picklable values.
 
-A job carries everything a worker on another node needs (sources, command lines, target arch)
-and the versions of the driver that made it; a result is either ``Built`` or ``Failed``.
+A job carries everything a worker on another node needs (sources, command lines, target arch),
+the versions of the driver that made it, and its key: the kernel's identity (``cache/keys.py``),
+computed once when the job is made (``wrapper/jobs.py``) and used by the farm's dedupe, the cache
+tiers and the cluster coordinator alike. A result is either ``Built`` or ``Failed``.
 Failures travel as values until the one wait point (STYLE.md habit 5).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 
 
@@ -60,10 +60,7 @@ class TritonJob:
     versions: Versions
     extra_env: dict[str, str] = field(default_factory=dict)
     extra_config: dict[str, object] = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        return _digest("triton", self.source, self.extra_config, self.versions)
+    key: str = field(kw_only=True)  # cache.keys.triton_key
 
     @property
     def label(self) -> str:
@@ -92,10 +89,8 @@ class CppJob:
     inputs: dict[str, bytes]
     versions: Versions
     lock_path: str = ""
-
-    @property
-    def key(self) -> str:
-        return _digest("cpp", [s.command for s in self.steps], sorted(self.inputs), self.versions)
+    timeout_s: float = 600.0  # each compiler run, and the wait for the library's lock (job_timeout_s)
+    key: str = field(kw_only=True)  # cache.keys.cpp_build_key
 
     @property
     def label(self) -> str:
@@ -135,7 +130,3 @@ class Failed:
 
 Result = Built | Failed
 
-
-def _digest(*parts: object) -> str:
-    text = json.dumps(parts, sort_keys=True, default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,16 +1,14 @@
-"""Batch compiles of kernel sources found on disk (``raycompile compile-kernels``)."""
+"""Batch compiles of kernel sources found on disk (``raycompile compile-kernels``): the jobs are
+made, keyed and retargeted by the caller (``wrapper.jobs.triton_job``), and run here."""
 
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import wait
 from dataclasses import dataclass, field
 
-from ..cache import publish
-from ..kernels import Built, Failed, Result, TritonJob, Versions
-from ..kernels.sources import KernelSource
-from ..kernels.triton_compile import retarget
+from ..cache import keys, publish
+from ..kernels import Built, Failed, Result, TritonJob
 from .farm import Farm
 
 
@@ -27,14 +25,10 @@ class BatchReport:
                 f"on {self.workers} workers")
 
 
-def compile_kernels(farm: Farm, sources: list[KernelSource], arch: int | None = None,
-                    out_dir: str | None = None) -> BatchReport:
-    """Compile every source on the farm, for ``arch`` when given, else for the arch recorded in
-    each source. With ``out_dir``, write each kernel's Triton cache group there: a directory a GPU
-    node can use as its TRITON_CACHE_DIR."""
+def compile_kernels(farm: Farm, jobs: list[TritonJob], out_dir: str | None = None) -> BatchReport:
+    """Compile every job on the farm. With ``out_dir``, write each kernel's Triton cache group
+    there: a directory a GPU node can use as its TRITON_CACHE_DIR."""
     start = time.perf_counter()
-    versions = Versions.here()
-    jobs = [TritonJob(s.name, retarget(s.source, arch) if arch else s.source, versions) for s in sources]
     futures = [farm.submit(job) for job in jobs]
     # each job has its own time-out in the farm; this bound only guards against a lost dispatcher
     wait(futures, timeout=farm.settings.job_timeout_s * max(1, len(jobs)))
@@ -45,10 +39,7 @@ def compile_kernels(farm: Farm, sources: list[KernelSource], arch: int | None = 
         if isinstance(result, Built):
             report.compiled += 1
             if out_dir:
-                report.files_written += publish({  # names are triton/GROUP/FILE
-                    os.path.join(out_dir, name.removeprefix("triton/")): data
-                    for name, data in result.files.items()
-                })
+                report.files_written += publish(keys.to_paths(keys.triton_blobs(result.files), out_dir, ""))
         else:
             report.failed.append(result)
     report.compiled += len(report.failed)

@@ -12,6 +12,8 @@ import os
 from typing import Any
 
 from ..cache.store import Entry, FileTier, Miss, TierUnavailable, manifest_for, should_drop, verify_entry
+from ..errors import FarmUnavailableError
+from . import raycalls
 
 log = logging.getLogger("raycompile.cache")
 
@@ -30,6 +32,10 @@ class CacheService:
             self.tier.touch(key)
         return raw
 
+    def get_raw_many(self, keys: list[str]) -> list[tuple[bytes, dict[str, bytes | None]] | None]:
+        """``get_raw`` of each key, in one call (an output module's kernels)."""
+        return [self.get_raw(key) for key in keys]
+
     def put_raw(self, key: str, manifest: bytes, blobs: dict[str, bytes]) -> int:
         return self.tier.put_raw(key, manifest, blobs)
 
@@ -43,7 +49,12 @@ class CacheService:
 
 class RayHeadTier:
     """Client of the head-node cache service. Any Ray failure is a ``Miss("unavailable")``: the
-    caller compiles instead. The actor restarts if it dies (``max_restarts=-1``)."""
+    caller compiles instead. The actor restarts if it dies (``max_restarts=-1``).
+
+    What it raises (nothing of ``ray.exceptions``): the constructor, FarmUnavailableError when this
+    process is not connected to Ray or Ray refuses the service actor; ``get`` nothing (a failure
+    is a ``Miss("unavailable")``); ``put`` and ``usage``, TierUnavailable (cache/store.py, the
+    tiers' own: not a RaycompileError) when the service cannot be reached."""
 
     name = "shared"
 
@@ -53,36 +64,66 @@ class RayHeadTier:
 
         self._ray, self.secret, self.timeout_s = ray, secret, timeout_s
         self._warned = False
-        self.actor = ray.remote(CacheService).options(
-            name=SERVICE_NAME, namespace=namespace, lifetime="detached", get_if_exists=True,
-            num_cpus=0, resources={"node:__internal_head__": 0.001}, max_restarts=-1, max_task_retries=2,
-        ).remote(root)
+        with raycalls.calls(raycalls.address(), "starting the head-node cache service"):
+            self.actor = ray.remote(CacheService).options(
+                name=SERVICE_NAME, namespace=namespace, lifetime="detached", get_if_exists=True,
+                num_cpus=0, resources={"node:__internal_head__": 0.001}, max_restarts=-1, max_task_retries=2,
+            ).remote(root)
 
-    def _unavailable(self, e: Exception) -> Miss:
+    def _unavailable(self, e: BaseException) -> Miss:
         if not self._warned:
             log.warning("raycompile: the head-node cache service failed (%s); compiling instead", e)
             self._warned = True
         return Miss("unavailable", str(e))
 
+    def _call(self, method: str, *args: Any) -> Any:
+        """One call to the service, waited for. Raises one of ``_failures()``: FarmUnavailableError
+        when this process is not connected (``.remote()`` would start a new local Ray, without
+        the service), or what Ray raises (RayError: GetTimeoutError, RayActorError ...: the service
+        is down or restarting; ConnectionError)."""
+        raycalls.require("the head-node cache service")
+        return self._ray.get(getattr(self.actor, method).remote(*args), timeout=self.timeout_s)
+
+    @staticmethod
+    def _failures() -> tuple[type[BaseException], ...]:
+        return (FarmUnavailableError, *raycalls.failures())
+
     def get(self, key: str) -> Entry | Miss:
         try:
-            raw = self._ray.get(self.actor.get_raw.remote(key), timeout=self.timeout_s)
-        except Exception as e:  # RayError, GetTimeoutError: the service is down or restarting
+            raw = self._call("get_raw", key)
+        except self._failures() as e:  # the service is down or restarting, or Ray is gone
             return self._unavailable(e)
+        return self._verified(key, raw)
+
+    def get_many(self, keys: list[str]) -> dict[str, Entry | Miss]:
+        """Every key's entry in one call to the service (``Cache.prefetch``)."""
+        try:
+            raws = self._call("get_raw_many", list(keys))
+        except self._failures() as e:
+            miss = self._unavailable(e)
+            return dict.fromkeys(keys, miss)
+        return {key: self._verified(key, raw) for key, raw in zip(keys, raws)}
+
+    def _verified(self, key: str, raw: tuple[bytes, dict[str, bytes | None]] | None) -> Entry | Miss:
         if raw is None:
             return Miss("absent")
         result = verify_entry(key, raw[0], raw[1], self.secret)
         if isinstance(result, Miss) and should_drop(result, self.name):
-            self.actor.drop.remote(key)
+            try:  # fire and forget: a damaged entry left there is refused again, and dropped next time
+                self.actor.drop.remote(key)
+            except raycalls.failures() as e:
+                log.debug("raycompile: dropping %s from the head-node cache service failed: %s", key, e)
         return result
 
     def put(self, entry: Entry) -> int:
         try:
-            return self._ray.get(self.actor.put_raw.remote(entry.key, manifest_for(entry, self.secret),
-                                                           entry.blobs), timeout=self.timeout_s)
-        except Exception as e:
+            return self._call("put_raw", entry.key, manifest_for(entry, self.secret), entry.blobs)
+        except self._failures() as e:
             self._unavailable(e)
             raise TierUnavailable(str(e)) from None
 
     def usage(self) -> dict[str, Any]:
-        return self._ray.get(self.actor.usage.remote(), timeout=self.timeout_s)
+        try:
+            return self._call("usage")
+        except self._failures() as e:
+            raise TierUnavailable(str(e)) from None

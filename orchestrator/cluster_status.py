@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from ..settings import Settings
+from . import raycalls
 from .cache_service import SERVICE_NAME
 from .coordinator import COORDINATOR_NAME
 from .farm import COMPILE_RESOURCE, _probe, compile_resources
@@ -20,7 +21,7 @@ log = logging.getLogger("raycompile.status")
 def collect(settings: Settings) -> dict[str, Any]:
     """Connect to ``settings.address`` ("auto" when unset), gather the status, disconnect.
 
-    Raises FarmUnavailableError when nothing answers there."""
+    Raises FarmUnavailableError when nothing answers there, or when Ray fails while asked."""
     import ray
 
     from .connect import connect
@@ -28,28 +29,35 @@ def collect(settings: Settings) -> dict[str, Any]:
     settings = dataclasses.replace(settings, address=settings.address or "auto")
     owns = connect(settings).owns
     try:
-        nodes = _nodes(settings.connect_timeout_s)
-        offered = ray.cluster_resources()
-        if not compile_resources(offered):  # no compile slots declared: every CPU takes compile jobs
-            for n in nodes:
-                n["compile_slots"] = n["cpus"]
-        free = ray.available_resources()
-        return {
-            "address": ray.get_runtime_context().gcs_address,
-            "nodes": nodes,
-            "farm": {
-                "compile_slots": int(min(offered.get("CPU", 0), offered[COMPILE_RESOURCE])
-                                     if compile_resources(offered) else offered.get("CPU", 0)),
-                "cpus": offered.get("CPU", 0), "cpus_free": free.get("CPU", 0),
-                "placement": COMPILE_RESOURCE if compile_resources(offered) else "any node with a CPU",
-                "worker_processes": _worker_processes(),
-            },
-            "coordinator": _actor_call(COORDINATOR_NAME, settings.namespace, "state", settings.connect_timeout_s),
-            "cache": _cache(settings, len([n for n in nodes if n["alive"]])),
-        }
+        with raycalls.calls(raycalls.address(), "reading the cluster's status"):
+            return _collect(settings)
     finally:
         if owns:
             ray.shutdown()
+
+
+def _collect(settings: Settings) -> dict[str, Any]:
+    import ray
+
+    nodes = _nodes(settings.connect_timeout_s)
+    offered = ray.cluster_resources()
+    if not compile_resources(offered):  # no compile slots declared: every CPU takes compile jobs
+        for n in nodes:
+            n["compile_slots"] = n["cpus"]
+    free = ray.available_resources()
+    return {
+        "address": ray.get_runtime_context().gcs_address,
+        "nodes": nodes,
+        "farm": {
+            "compile_slots": int(min(offered.get("CPU", 0), offered[COMPILE_RESOURCE])
+                                 if compile_resources(offered) else offered.get("CPU", 0)),
+            "cpus": offered.get("CPU", 0), "cpus_free": free.get("CPU", 0),
+            "placement": COMPILE_RESOURCE if compile_resources(offered) else "any node with a CPU",
+            "worker_processes": _worker_processes(),
+        },
+        "coordinator": _actor_call(COORDINATOR_NAME, settings.namespace, "state", settings.connect_timeout_s),
+        "cache": _cache(settings, len([n for n in nodes if n["alive"]])),
+    }
 
 
 def _nodes(timeout: float) -> list[dict[str, Any]]:
@@ -66,7 +74,7 @@ def _nodes(timeout: float) -> list[dict[str, Any]]:
         if ref in ready:
             try:
                 infos[node_id] = ray.get(ref)
-            except Exception as e:  # a node that cannot run a task: shown without its probe
+            except ray.exceptions.RayError as e:  # the probe raised, or its node died: shown without its probe
                 log.debug("probe of %s failed: %s", node_id, e)
     out = []
     for n in listed:
@@ -95,7 +103,9 @@ def _worker_processes() -> int | None:
         workers = list_workers(address=ray.get_runtime_context().gcs_address, filters=[("is_alive", "=", True)],
                                limit=10_000, raise_on_missing_output=False)
         return sum(1 for w in workers if getattr(w, "worker_type", "WORKER") == "WORKER")
-    except Exception:
+    except Exception:  # noqa: BLE001 - an optional count: the state API raises RuntimeError (no ray[default]),
+        # ConnectionError/ValueError (no dashboard), RayStateApiException, requests' errors ...; any means "unknown"
+        log.debug("raycompile: the Ray state API did not list the workers", exc_info=True)
         return None
 
 
@@ -109,7 +119,7 @@ def _actor_call(name: str, namespace: str, method: str, timeout: float) -> Any:
         return None
     try:
         return ray.get(getattr(actor, method).remote(), timeout=timeout)
-    except Exception as e:
+    except raycalls.failures() as e:  # the actor died, is restarting, or did not answer in time
         return {"error": f"{type(e).__name__}: {e}"}
 
 

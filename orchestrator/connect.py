@@ -168,6 +168,7 @@ def connect(settings: Settings, target: Target | None = None) -> Joined:
         else:
             ray.init(address="local", num_cpus=settings.num_cpus, namespace=settings.namespace,
                      include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - chained, not hidden: ray.init fails with ConnectionError, TimeoutError,
+        # RuntimeError, ValueError or a RayError alike when it cannot reach or start Ray; each is this one error
         raise FarmUnavailableError(target.address or EMBEDDED, f"{type(e).__name__}: {e}") from e
     return Joined(target, owns=True)

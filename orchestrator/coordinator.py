@@ -24,6 +24,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import FarmUnavailableError
+
 log = logging.getLogger("raycompile.coordinator")
 
 COORDINATOR_NAME = "raycompile-coordinator"
@@ -158,13 +160,21 @@ class ClusterDedupe:
     leaves the key to another driver and later calls ``reuse()`` (read the entry; False if it is
     not there, then it compiles after all). One background thread renews leases and polls.
 
-    ``actor`` is anything with Ray-actor-like methods (``claim.remote`` ...), read with ``get``.
+    ``actor`` is anything with Ray-actor-like methods (``claim.remote`` ...), read with ``get``;
+    ``failures`` are what those raise when the coordinator cannot be reached (with Ray:
+    ``raycalls.failures()``), and ``connected`` says whether it can be asked at all (with Ray:
+    whether this process is connected; a call would otherwise start a new local Ray).
+
+    What its public methods raise: ``start`` and ``run`` nothing (a coordinator that cannot be
+    reached is skipped and counted in ``coordinator_unavailable``); ``close`` nothing.
     """
 
     def __init__(self, actor: Any, get: Callable[[Any, float], Any], stats: Any, scope: str = "",
                  wait_timeout_s: float = 1800.0, call_timeout_s: float = 10.0, lease_s: float = LEASE_S,
-                 poll_s: float = POLL_S) -> None:
+                 poll_s: float = POLL_S, failures: tuple[type[BaseException], ...] = (OSError,),
+                 connected: Callable[[], bool] = lambda: True) -> None:
         self._actor, self._get, self.stats = actor, get, stats
+        self._failures, self._connected = failures, connected
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._scope = scope
         self.wait_timeout_s, self.call_timeout_s, self.lease_s, self.poll_s = (
@@ -182,24 +192,40 @@ class ClusterDedupe:
         """Start (or find) the cluster's coordinator actor; None, logged, if Ray refuses."""
         import ray
 
+        from . import raycalls
+
         try:
+            raycalls.require(settings.address or "the embedded local Ray")  # .remote() would start a new Ray
             actor = ray.remote(Coordinator).options(
                 name=COORDINATOR_NAME, namespace=settings.namespace, lifetime="detached", get_if_exists=True,
                 num_cpus=0, resources={"node:__internal_head__": 0.001}, max_restarts=-1, max_task_retries=2,
             ).remote()
-        except Exception as e:
+        except (FarmUnavailableError, *raycalls.failures()) as e:
             log.warning("raycompile: no cluster coordinator (%s); drivers may compile the same kernels", e)
             stats.add(coordinator_unavailable=1)
             return None
         client = cls(actor, lambda ref, timeout: ray.get(ref, timeout=timeout), stats, scope,
                      wait_timeout_s=2 * settings.job_timeout_s + LEASE_S,  # the farm re-runs a timed-out job once
-                     call_timeout_s=min(settings.connect_timeout_s, 10.0))
+                     call_timeout_s=min(settings.connect_timeout_s, 10.0),
+                     failures=raycalls.failures(), connected=raycalls.connected)
         try:  # the first driver starts the actor (a worker process): wait for it here, not at the first claim
-            ray.get(actor.state.remote(), timeout=settings.connect_timeout_s)
-        except Exception as e:
+            client._call("state")
+        except client._failures as e:
             client._unreachable(e)
             stats.add(coordinator_unavailable=1)
         return client
+
+    def _call(self, method: str, *args: Any) -> Any:
+        """One round trip to the coordinator. Raises one of ``failures`` when it cannot be had."""
+        if not self._connected():
+            raise ConnectionError("Ray is not connected in this process any more")
+        return self._get(getattr(self._actor, method).remote(*args), self.call_timeout_s)
+
+    def _tell(self, method: str, *args: Any) -> None:
+        """A call to the coordinator nobody waits for. Raises one of ``failures`` when it cannot be sent."""
+        if not self._connected():
+            raise ConnectionError("Ray is not connected in this process any more")
+        getattr(self._actor, method).remote(*args)
 
     def _key(self, key: str) -> str:
         return f"{self._scope}|{key}"  # drivers that share no tier never wait on each other
@@ -219,8 +245,8 @@ class ClusterDedupe:
             compile()
             return
         try:
-            verdict = self._get(self._actor.claim.remote(ckey, self.owner, self.lease_s), self.call_timeout_s)
-        except Exception as e:  # RayActorError, GetTimeoutError, the cluster gone
+            verdict = self._call("claim", ckey, self.owner, self.lease_s)
+        except self._failures as e:  # RayActorError, GetTimeoutError, the cluster gone
             self._unreachable(e)
             self.stats.add(coordinator_unavailable=1)
             compile()
@@ -256,8 +282,8 @@ class ClusterDedupe:
                 return
             del self._held[ckey]
         try:  # fire and forget: a lost "done" only makes waiters wait out the lease
-            self._actor.done.remote(ckey, self.owner, ok)
-        except Exception as e:
+            self._tell("done", ckey, self.owner, ok)
+        except self._failures as e:
             self._unreachable(e)
 
     def _ensure_thread(self) -> None:
@@ -275,9 +301,8 @@ class ClusterDedupe:
                     return
                 held, waiting = list(self._held), list(self._waiting)
             try:
-                verdicts = self._get(self._actor.sync.remote(self.owner, held, waiting, self.lease_s),
-                                     self.call_timeout_s)
-            except Exception as e:  # nobody to coordinate with: compile what we wait on here
+                verdicts = self._call("sync", self.owner, held, waiting, self.lease_s)
+            except self._failures as e:  # nobody to coordinate with: compile what we wait on here
                 self._unreachable(e)
                 verdicts = dict.fromkeys(waiting, FAILED)
                 self.stats.add(coordinator_unavailable=len(waiting))
@@ -326,6 +351,6 @@ class ClusterDedupe:
                 w.compile()
         for ckey in held:
             try:
-                self._actor.done.remote(ckey, self.owner, False)
-            except Exception:
+                self._tell("done", ckey, self.owner, False)
+            except self._failures:  # the coordinator or Ray is gone: its leases run out by themselves
                 break

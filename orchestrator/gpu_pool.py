@@ -21,7 +21,9 @@ Where an actor's time goes: with ``profile`` (the ``profile_gpu_workers`` settin
 Faults: a candidate that crashes its GPU (an illegal address leaves the CUDA context unusable)
 makes its actor process exit (``GPUWorker``); Ray restarts the actor (``max_restarts``), the
 candidate is marked failed (``inf``) and the other candidates go on. An actor that dies twice in a
-row (its node is gone) is dropped from its group.
+row (its node is gone) is dropped from its group. When Ray itself fails under a call (this process
+is no longer connected, the cluster is gone), the call raises FarmUnavailableError, never one of
+``ray.exceptions`` (orchestrator/raycalls.py).
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import NoGPUError
+from ..errors import FarmUnavailableError, NoGPUError
 from ..kernels import Versions
-from ..kernels.benchmark import INF, BenchJob, GPUDescription, GPUTiming, Payload, Timing, is_sticky
+from ..kernels.benchmark import INF, BenchJob, GPUDescription, Payload, Timing, is_sticky
+from . import raycalls
 from .stats import Stats
 
 log = logging.getLogger("raycompile.gpu_pool")
@@ -52,8 +55,8 @@ class GPUWorker:
     """Times candidates on the one GPU Ray gave this process. A plain class; ``GPUPool`` makes it
     an actor with ``num_gpus=1``."""
 
-    def __init__(self, measure: Measure | None = None, profile: bool = False) -> None:
-        self.measure = measure if measure is not None else GPUTiming()
+    def __init__(self, measure: Measure, profile: bool = False) -> None:
+        self.measure = measure
         self.versions = Versions.here()
         self._profile: Any = None
         if profile:
@@ -88,7 +91,7 @@ class GPUWorker:
             if self._profile is not None:
                 return done(float(self._profile.runcall(self.measure, job, payload)))
             return done(float(self.measure(job, payload)))
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - the candidate's own code failed (any error): its timing says so
             if is_sticky(e):  # the CUDA context is gone for good: exit; Ray starts a fresh process
                 log.error("raycompile: %s crashed GPU %s (%s); restarting this GPU worker", job.name, gpu, e)
                 os._exit(1)
@@ -118,9 +121,17 @@ class _Actor:
 
 
 class GPUPool:
-    """The cluster's GPU actors. Create with the session's stats; ``close()`` ends the actors."""
+    """The cluster's GPU actors. Create with the session's stats; ``close()`` ends the actors.
 
-    def __init__(self, stats: Stats | None = None, measure: Measure | None = None, job_timeout_s: float = 600.0,
+    What its public methods raise (nothing of ``ray.exceptions``):
+    ``cluster_gpus``, ``start``, ``groups``, ``profile_reports``: FarmUnavailableError when this
+    process is not connected to Ray or Ray fails under the call; ``run`` (and ``runner``'s
+    function): that, and NoGPUError when the cluster has no GPU of the group; ``prestart``,
+    ``hold``, ``hold_here``, ``started``, ``close``: nothing (``prestart`` logs a failed start).
+    A candidate that fails, crashes its GPU or times out is a Timing of ``inf``, not an error.
+    """
+
+    def __init__(self, stats: Stats | None, measure: Measure, job_timeout_s: float = 600.0,
                  start_timeout_s: float = 120.0, profile: bool = False) -> None:
         import ray
 
@@ -137,48 +148,58 @@ class GPUPool:
         self._here: str | None = None  # this process's GPU uuid ("" without one), found once
         self._free = threading.Condition(self._lock)
         self._prestart: threading.Thread | None = None
+        self._where = raycalls.address()  # the cluster, for messages
 
     @staticmethod
     def cluster_gpus() -> dict[str, int]:
-        """node id -> GPUs Ray offers there (alive nodes only)."""
+        """node id -> GPUs Ray offers there (alive nodes only). Raises FarmUnavailableError when
+        Ray is not connected or fails."""
         import ray
 
-        return {n["NodeID"]: int(n.get("Resources", {}).get("GPU", 0)) for n in ray.nodes()
-                if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) >= 1}
+        with raycalls.calls(raycalls.address(), "listing the cluster's GPU nodes"):
+            return {n["NodeID"]: int(n.get("Resources", {}).get("GPU", 0)) for n in ray.nodes()
+                    if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) >= 1}
 
     def start(self) -> dict[str, list[str]]:
         """Start one actor per GPU on every GPU node (once); return group -> GPU ids. An actor that
-        does not come up within ``start_timeout_s`` (its GPU is held by someone else) is left out."""
+        does not come up within ``start_timeout_s`` (its GPU is held by someone else) is left out.
+        Raises FarmUnavailableError when Ray is not connected or fails (then a later call tries
+        again)."""
         with self._lock:
             if self._actors is not None:
                 return self._groups()
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            remote = self._ray.remote(GPUWorker)
-            handles = []
-            for node, count in sorted(self.cluster_gpus().items()):
-                for _ in range(count):
-                    handles.append(remote.options(
-                        num_gpus=1, num_cpus=0, max_restarts=-1, max_task_retries=0,
-                        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-                    ).remote(self._measure, self.profile))
-            refs = [h.info.remote() for h in handles]
-            ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.start_timeout_s)
-            actors = []
-            for handle, ref in zip(handles, refs):
-                if ref not in ready:
-                    log.warning("raycompile: a GPU worker did not start within %.0f s; leaving it out",
-                                self.start_timeout_s)
-                    self._ray.kill(handle)
-                    continue
-                try:
-                    info = self._ray.get(ref)
-                except Exception as e:
-                    log.warning("raycompile: a GPU worker failed to start (%s); leaving it out", e)
-                    continue
-                actors.append(_Actor(handle, info["gpu"], info["node_id"], info["group"], info.get("uuid", "")))
-            self._actors = actors
+            with raycalls.calls(self._where, "starting the GPU workers"):
+                self._actors = self._start_actors()
             return self._groups()
+
+    def _start_actors(self) -> list[_Actor]:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = self._ray
+        remote = ray.remote(GPUWorker)
+        handles = []
+        for node, count in sorted(self.cluster_gpus().items()):
+            for _ in range(count):
+                handles.append(remote.options(
+                    num_gpus=1, num_cpus=0, max_restarts=-1, max_task_retries=0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                ).remote(self._measure, self.profile))
+        refs = [h.info.remote() for h in handles]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.start_timeout_s)
+        actors = []
+        for handle, ref in zip(handles, refs):
+            if ref not in ready:
+                log.warning("raycompile: a GPU worker did not start within %.0f s; leaving it out",
+                            self.start_timeout_s)
+                ray.kill(handle)
+                continue
+            try:
+                info = ray.get(ref)
+            except ray.exceptions.RayError as e:  # its set-up raised (RayTaskError), or its process died
+                log.warning("raycompile: a GPU worker failed to start (%s); leaving it out", e)
+                continue
+            actors.append(_Actor(handle, info["gpu"], info["node_id"], info["group"], info.get("uuid", "")))
+        return actors
 
     @property
     def started(self) -> bool:
@@ -198,7 +219,7 @@ class GPUPool:
     def _start_quietly(self) -> None:
         try:
             self.start()
-        except Exception as e:  # the first benchmark tries again and reports it
+        except FarmUnavailableError as e:  # the first benchmark tries again and reports it
             log.warning("raycompile: starting the GPU workers in the background failed (%s: %s)", type(e).__name__, e)
 
     def _groups(self) -> dict[str, list[str]]:
@@ -217,10 +238,12 @@ class GPUPool:
         the call's time in ``benchmark_wall_seconds`` (the compile waiting on the actors); a run
         in the background (``FarmTuningPool.prefetch``) leaves that to whoever waits on it.
 
-        Raises NoGPUError when the cluster has no GPU of ``group``."""
+        Raises NoGPUError when the cluster has no GPU of ``group``, and FarmUnavailableError when
+        this process is not connected to Ray or Ray fails under the call."""
         t0 = time.monotonic()
         try:
-            return self._run(work, group)
+            with raycalls.calls(self._where, f"timing {len(work)} candidate(s) on the GPU workers of {group}"):
+                return self._run(work, group)
         finally:
             if wall:
                 self.stats.add(benchmark_wall_seconds=time.monotonic() - t0)
@@ -241,6 +264,21 @@ class GPUPool:
         results: list[Timing | None] = [None] * len(work)
         queue = list(range(len(work)))
         inflight: dict[Any, tuple[int, _Actor, float]] = {}
+        try:
+            self._dispatch(work, group, members, payload_refs, results, queue, inflight)
+        finally:  # Ray failed under the run: the actors it had taken go back (their jobs' results are dropped)
+            for _, actor, _ in inflight.values():
+                self._give(actor)
+        out = [t if t is not None else Timing(work[i][0].index, INF, "not run") for i, t in enumerate(results)]
+        self._count(work, out)
+        return out
+
+    def _dispatch(self, work: Sequence[tuple[BenchJob, Payload]], group: str, members: list[_Actor],
+                  payload_refs: dict[str, Any], results: list[Timing | None], queue: list[int],
+                  inflight: dict[Any, tuple[int, _Actor, float]]) -> None:
+        """Send the jobs of ``queue`` to free actors of ``members`` and collect them into ``results``,
+        until none is queued or in flight (``inflight``: what is out, for ``_run`` to give back)."""
+        ray = self._ray
         while queue or inflight:
             while queue:
                 actor = self._take(members, block=not inflight)
@@ -248,7 +286,11 @@ class GPUPool:
                     break
                 i = queue.pop(0)
                 job, payload = work[i]
-                ref = actor.handle.bench.remote(job, payload_refs[payload.kernel_id], actor.gpu, actor.node_id)
+                try:
+                    ref = actor.handle.bench.remote(job, payload_refs[payload.kernel_id], actor.gpu, actor.node_id)
+                except BaseException:  # noqa: BLE001 - re-raised: only the actor taken is given back first
+                    self._give(actor)
+                    raise
                 inflight[ref] = (i, actor, time.monotonic() + self.job_timeout_s)
             if not inflight:
                 if queue and not self._alive(members):
@@ -270,9 +312,6 @@ class GPUPool:
                     results[i] = Timing(work[i][0].index, INF, f"no result within {self.job_timeout_s:.0f} s",
                                         seconds=self.job_timeout_s, gpu=actor.gpu, node_id=actor.node_id)
                     self._give(actor)
-        out = [t if t is not None else Timing(work[i][0].index, INF, "not run") for i, t in enumerate(results)]
-        self._count(work, out)
-        return out
 
     def runner(self, group: str, wall: bool = True) -> Callable[[Sequence[tuple[BenchJob, Payload]]], list[Timing]]:
         """``run`` bound to ``group``: what the Inductor hooks call."""
@@ -309,11 +348,13 @@ class GPUPool:
     def hold_here(self) -> contextlib.AbstractContextManager[None]:
         """``hold`` of this process's own GPU (the current CUDA device): for the driver's timings."""
         if self._here is None:
+            import torch
+
             from ..kernels.benchmark import local_gpu
 
             try:
                 gpu = local_gpu()
-            except Exception:  # CUDA unusable here: nothing to share
+            except (RuntimeError, torch.cuda.DeferredCudaCallError):  # CUDA unusable here: nothing to share
                 gpu = None
             self._here = gpu.uuid if gpu is not None else ""
         return self.hold(self._here)
@@ -363,7 +404,7 @@ class GPUPool:
             except ray.exceptions.ActorUnavailableError:  # still restarting
                 actor.ping = actor.handle.info.remote()
                 return False
-            except Exception as e:
+            except ray.exceptions.RayError as e:  # died for good (ActorDiedError), or its set-up raised
                 log.warning("raycompile: GPU worker %s is gone (%s); leaving it out", actor.gpu, type(e).__name__)
                 self._drop(actor)
                 return False
@@ -401,21 +442,34 @@ class GPUPool:
                                        node_id=t.node_id, pid=t.pid, started=t.started)
 
     def profile_reports(self, timeout_s: float = 60.0) -> dict[str, str]:
-        """GPU id -> its actor's cProfile report (``profile``; else "")."""
+        """GPU id -> its actor's cProfile report (``profile``; else ""; what went wrong for an actor
+        that died). Raises FarmUnavailableError when Ray is not connected or fails."""
         with self._lock:
             actors = list(self._actors or [])
-        refs = [a.handle.profile_report.remote() for a in actors]
-        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        return {a.gpu: self._ray.get(r) for a, r in zip(actors, refs) if r in ready}
+        ray = self._ray
+        with raycalls.calls(self._where, "collecting the GPU workers' profiles"):
+            refs = [a.handle.profile_report.remote() for a in actors]
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+            out: dict[str, str] = {}
+            for a, r in zip(actors, refs):
+                if r in ready:
+                    try:
+                        out[a.gpu] = ray.get(r)
+                    except ray.exceptions.RayActorError as e:  # that actor died: the others still report
+                        out[a.gpu] = f"(no report: the GPU worker died: {type(e).__name__})"
+            return out
 
     def close(self) -> None:
+        """End the actors (nothing to do when Ray is gone: they went with it). Never raises."""
         with self._lock:
             actors, self._actors = self._actors or [], []
+        if not raycalls.connected():  # ray.kill would start a new Ray to kill nothing
+            return
         for a in actors:
             try:
                 self._ray.kill(a.handle)
-            except Exception:  # Ray already gone
-                pass
+            except raycalls.failures():  # Ray gone meanwhile
+                break
 
     def __enter__(self) -> GPUPool:
         return self

@@ -34,6 +34,8 @@ CLOSE_WAIT_S = 10.0  # close(): the last push, bounded
 COUNTERS: dict[str, tuple[str, dict[str, str], str]] = {
     "jobs": ("raycompile_jobs_total", {}, "Kernel compile jobs this driver sent to Ray"),
     "jobs_local": ("raycompile_jobs_local_total", {}, "Kernel compile jobs run in this node's Inductor workers"),
+    "key_mismatches": ("raycompile_key_mismatches_total", {},
+                       "Kernels an output module names by another key than this node computes"),
     "deduped": ("raycompile_dedupe_total", {"scope": "process"},
                 "Compile requests answered by a job already in flight (process) or another driver's (cluster)"),
     "dedupe_cluster": ("raycompile_dedupe_total", {"scope": "cluster"}, ""),
@@ -52,6 +54,8 @@ COUNTERS: dict[str, tuple[str, dict[str, str], str]] = {
     "bytes_read": ("raycompile_cache_bytes_read_total", {}, "Bytes of cache entries read"),
     "bytes_written": ("raycompile_cache_bytes_written_total", {}, "Bytes of cache entries written"),
     "shared_unavailable": ("raycompile_cache_shared_unavailable_total", {}, "Lookups that found the shared tier down"),
+    "shared_batches": ("raycompile_cache_shared_batches_total", {},
+                       "Batched shared-tier lookups (an output module's kernels in one round trip)"),
     "put_errors": ("raycompile_cache_put_errors_total", {}, "Cache writes that failed"),
     "benchmarks": ("raycompile_benchmarks_total", {}, "Autotuning candidates timed on GPU actors"),
     "benchmark_seconds": ("raycompile_benchmark_seconds_total", {}, "Seconds timing candidates, on the GPU actors"),

@@ -8,9 +8,11 @@ Two stages, each published as soon as it is done:
 2. ready: every node probed (torch/triton versions), the farm dispatching, the cluster-wide dedupe
    coordinator found (``wait_farm()`` waits for this stage: the first cache MISS does).
 
-Every wait has a time-out. If Ray cannot be reached, ``wait_farm()`` answers None (compile locally,
-counted as fallbacks) when ``fallback`` is on, and raises FarmUnavailableError otherwise; any
-other failure of the start (a node with another torch or triton) is raised by ``wait_farm()``.
+Every wait has a time-out. If Ray cannot be reached, or fails during the start, ``wait_farm()``
+answers None (compile locally, counted as fallbacks) when ``fallback`` is on, and raises
+FarmUnavailableError otherwise; any other failure of the start (a node with another torch or
+triton: VersionMismatchError) is raised by ``wait_farm()``. No ``ray.exceptions`` class leaves
+this module: Ray's failures become FarmUnavailableError where they arise (orchestrator/raycalls.py).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from typing import Any
 
 from ..cache.store import Tier
 from ..cache.tiered import shared_tier
-from ..errors import FarmUnavailableError
+from ..errors import FarmUnavailableError, RaycompileError
+from ..kernels.toolchain import Toolchain
 from ..settings import Settings
+from . import raycalls
 from .connect import EMBEDDED, Joined, Target, connect
 from .progress import Progress
 from .stats import Stats
@@ -38,8 +42,9 @@ class Startup:
     a start still in progress). ``user_key`` signs a shared tier when no cluster holds a secret."""
 
     def __init__(self, settings: Settings, stats: Stats, progress: Progress | None, user_key: bytes,
-                 target: Target | None = None) -> None:
+                 target: Target | None = None, *, toolchain: Toolchain) -> None:
         self.settings, self.stats, self.progress = settings, stats, progress
+        self.toolchain = toolchain  # what jobs call in Inductor (the session passes the adapter's)
         self._user_key, self._target = user_key, target
         self.shared: Future[Tier | None] = Future()
         self.shared_url = settings.shared_cache
@@ -95,7 +100,7 @@ class Startup:
         self.shared.set_result(self._make_shared(url, self._shared_secret(joined)))
         from .farm import Farm
 
-        farm = Farm(settings, self.stats, self.progress)
+        farm = Farm(settings, self.stats, self.progress, toolchain=self.toolchain)
         if not self._keep(farm=farm):
             return
         self.seconds["ready"] = time.monotonic() - self._t0
@@ -144,13 +149,15 @@ class Startup:
     def _alive_nodes() -> int:
         import ray
 
-        return sum(1 for n in ray.nodes() if n.get("Alive"))
+        with raycalls.calls(raycalls.address(), "listing the cluster's nodes"):
+            return sum(1 for n in ray.nodes() if n.get("Alive"))
 
     @staticmethod
     def _node_id() -> str:
         import ray
 
-        return ray.get_runtime_context().get_node_id()
+        with raycalls.calls(raycalls.address(), "asking Ray for this node's id"):
+            return ray.get_runtime_context().get_node_id()
 
     def _warn_fallback(self, e: BaseException) -> None:
         if isinstance(e, FarmUnavailableError) and self.settings.fallback and not self._warned:
@@ -169,8 +176,9 @@ class Startup:
         """The farm once the start is done (waiting at most ``timeout``, default ``wait_s``); None
         when Ray is unreachable and ``fallback`` is on (compile locally).
 
-        Raises FarmUnavailableError when Ray is unreachable (or still starting after the wait)
-        and ``fallback`` is off, and whatever else failed the start (VersionMismatchError)."""
+        Raises FarmUnavailableError when Ray is unreachable, failed during the start, or is still
+        starting after the wait, and ``fallback`` is off; VersionMismatchError when a node runs
+        another torch or triton (and, for a bug in the start, what it raised)."""
         if not self._ready.wait(self.wait_s if timeout is None else timeout):
             error = FarmUnavailableError(self._where(), f"Ray did not come up within {self.wait_s:.0f} s "
                                                         "(raise RAYCOMPILE_CONNECT_TIMEOUT_S if it starts slowly)")
@@ -215,15 +223,17 @@ class Startup:
         its actors started lazily), or None without Ray."""
         try:
             farm = self.wait_farm(timeout)
-        except Exception:  # the compile that needed the farm reports it
+        except RaycompileError:  # FarmUnavailableError, VersionMismatchError: the compile needing the farm reports it
             return None
         if farm is None:
             return None
         with self._lock:
             if self._gpu_pool is None and not self._closed:
+                from ..kernels.benchmark import GPUTiming
                 from .gpu_pool import GPUPool
 
-                self._gpu_pool = GPUPool(self.stats, job_timeout_s=self.settings.job_timeout_s,
+                self._gpu_pool = GPUPool(self.stats, GPUTiming(self.toolchain),
+                                         job_timeout_s=self.settings.job_timeout_s,
                                          profile=self.settings.profile_gpu_workers)
             return self._gpu_pool
 

@@ -41,6 +41,9 @@ class Stats:
         self.fallbacks = 0  # compiles that ran locally because Ray was unreachable or died
         self.retried = 0  # jobs sent again: their worker or node died, or they timed out once
         self.failures = 0  # jobs that ended in an error of the kernel (not of Ray)
+        # kernels an output module names by another key than this node computes (a module made with
+        # another toolchain or settings): this node's key is used
+        self.key_mismatches = 0
         self.compile_seconds = 0.0  # summed over jobs, as measured on the workers
         self.nodes: Counter[str] = Counter()  # node id -> jobs run there
         self.workers: Counter[int] = Counter()  # worker pid -> jobs run there
@@ -55,6 +58,7 @@ class Stats:
         self.bytes_read = 0
         self.bytes_written = 0
         self.shared_unavailable = 0  # lookups that found the shared tier unreachable
+        self.shared_batches = 0  # batched shared-tier lookups (one round trip for a module's kernels)
         self.put_errors = 0
         # autotuning on GPU actors (orchestrator/gpu_pool.py, wrapper/autotune.py)
         self.benchmarks = 0  # candidates (configs, max-autotune choices) timed on GPU actors
@@ -118,12 +122,13 @@ class Stats:
                 "fallbacks": self.fallbacks,
                 "retried": self.retried,
                 "failures": self.failures,
+                "key_mismatches": self.key_mismatches,
                 "compile_seconds": round(self.compile_seconds, 3),
                 "nodes": dict(self.nodes),
                 "workers": dict(self.workers),
                 **{k: getattr(self, k) for k in (
                     "local_hits", "shared_hits", "misses", "corrupt", "refused", "evictions",
-                    "bytes_read", "bytes_written", "shared_unavailable", "put_errors")},
+                    "bytes_read", "bytes_written", "shared_unavailable", "shared_batches", "put_errors")},
                 "benchmarks": self.benchmarks,
                 "benchmark_seconds": round(self.benchmark_seconds, 3),
                 "benchmark_wall_seconds": round(self.benchmark_wall_seconds, 3),

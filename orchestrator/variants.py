@@ -8,11 +8,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..precompile import Variant, VariantResult, run_variant
 from ..settings import Settings
+from . import raycalls
 from .connect import connect
 from .farm import GPU_RESOURCE
 
@@ -27,41 +27,53 @@ def placement(offered: dict[str, float]) -> tuple[dict[str, Any], int]:
     return {"num_cpus": 1, "num_gpus": 0}, max(1, int(offered.get("CPU", 1)) // 2)
 
 
-def run_variants(variants: Sequence[Variant], settings: Settings, paths: Sequence[str] = (),
-                 timeout_s: float = 3600.0) -> list[VariantResult]:
-    """Run every variant on the cluster (``connect``); results in the order given. A variant
-    that raises, dies with its worker or outlives ``timeout_s`` is a failed result, not an error."""
+def run_variants(variants: Sequence[Any], settings: Settings, run_variant: Callable[..., Any],
+                 failed: Callable[..., Any], paths: Sequence[str] = (), timeout_s: float = 3600.0) -> list[Any]:
+    """Run ``run_variant(variant, paths)`` for every variant on the cluster (``connect``); results
+    in the order given. A variant that dies with its worker or outlives ``timeout_s`` is
+    ``failed(name, status, seconds, error=...)`` (``raycompile.precompile.VariantResult``), not an
+    error. The variant code is the facade's (raycompile/precompile.py), passed in.
+
+    Raises FarmUnavailableError when Ray cannot be reached, or fails under the run."""
     import ray
 
     owns = connect(settings).owns
     try:
-        options, limit = placement(ray.cluster_resources())
-        task = ray.remote(run_variant).options(max_retries=0, **options)
-        deadline = time.monotonic() + timeout_s
-        results: dict[int, VariantResult] = {}
-        running: dict[Any, int] = {}
-        todo = list(range(len(variants)))
-        while todo or running:
-            while todo and len(running) < limit:
-                i = todo.pop(0)
-                running[task.remote(variants[i], list(paths))] = i
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, min(5.0, deadline - time.monotonic())))
-            for ref in ready:
-                i = running.pop(ref)
-                try:
-                    results[i] = ray.get(ref)
-                except Exception as e:  # the worker or node died
-                    results[i] = VariantResult(variants[i].name, "failed", error=f"{type(e).__name__}: {e}")
-            if time.monotonic() > deadline:
-                for ref, i in running.items():
-                    with contextlib.suppress(Exception):  # already finished, or its node is gone
-                        ray.cancel(ref, force=True)
-                    results[i] = VariantResult(variants[i].name, "timeout", timeout_s,
-                                               error=f"not done within {timeout_s:.0f} s (--timeout)")
-                for i in todo:
-                    results[i] = VariantResult(variants[i].name, "timeout", error="never started (--timeout)")
-                break
-        return [results[i] for i in range(len(variants))]
+        with raycalls.calls(raycalls.address(), "running the variants"):
+            return _run(variants, run_variant, failed, paths, timeout_s)
     finally:
         if owns:
             ray.shutdown()
+
+
+def _run(variants: Sequence[Any], run_variant: Callable[..., Any], failed: Callable[..., Any],
+         paths: Sequence[str], timeout_s: float) -> list[Any]:
+    import ray
+
+    options, limit = placement(ray.cluster_resources())
+    task = ray.remote(run_variant).options(max_retries=0, **options)
+    deadline = time.monotonic() + timeout_s
+    results: dict[int, Any] = {}
+    running: dict[Any, int] = {}
+    todo = list(range(len(variants)))
+    while todo or running:
+        while todo and len(running) < limit:
+            i = todo.pop(0)
+            running[task.remote(variants[i], list(paths))] = i
+        ready, _ = ray.wait(list(running), num_returns=1, timeout=max(0.0, min(5.0, deadline - time.monotonic())))
+        for ref in ready:
+            i = running.pop(ref)
+            try:
+                results[i] = ray.get(ref)
+            except ray.exceptions.RayError as e:  # the worker or node died, or the variant raised
+                results[i] = failed(variants[i].name, "failed", error=f"{type(e).__name__}: {e}")
+        if time.monotonic() > deadline:
+            for ref, i in running.items():
+                with contextlib.suppress(*raycalls.failures()):  # already finished, or its node is gone
+                    ray.cancel(ref, force=True)
+                results[i] = failed(variants[i].name, "timeout", timeout_s,
+                                    error=f"not done within {timeout_s:.0f} s (--timeout)")
+            for i in todo:
+                results[i] = failed(variants[i].name, "timeout", error="never started (--timeout)")
+            break
+    return [results[i] for i in range(len(variants))]

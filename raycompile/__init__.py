@@ -16,6 +16,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from . import session as session_module
+from ._version import __version__ as __version__
 from .autotune import AutotuneResult, autotune
 from .errors import (
     AutotuneError,
@@ -31,18 +33,14 @@ from .errors import (
 from .session import Session
 from .settings import Settings
 
-__version__ = "0.1.0"
 log = logging.getLogger("raycompile")
 
 
-_lock = threading.Lock()
-_session: Session | None = None
-_last_stats: dict[str, Any] | None = None
-_last_report: str | None = None
+_atexit_lock = threading.Lock()
 _atexit_registered = False
 
 
-def enable(address: str | None = None, **settings: Any) -> None:
+def enable(address: str | None = None, **settings: Any) -> Session:
     """Route torch.compile's kernel compiles through the farm until ``disable()``. Returns at
     once: Ray is joined (or started) in the background, and the first compile that misses the
     cache waits for it; a process whose compiles all hit the cache never waits for Ray.
@@ -57,16 +55,17 @@ def enable(address: str | None = None, **settings: Any) -> None:
     reported later, by ``ready()`` and by the compiles that need the farm: FarmUnavailableError
     when Ray is unreachable and ``fallback=False`` (with fallback, the default, it warns once and
     compiles locally), VersionMismatchError when a node runs another torch or triton.
+
+    Returns the session, also a context manager: ``with raycompile.enable(): ...`` disables it
+    at the end of the block.
     """
-    global _session, _atexit_registered
+    global _atexit_registered
     resolved = Settings.resolve(address=address, **settings)
-    with _lock:
+    with _atexit_lock:
         if not _atexit_registered:  # restore stock Inductor before its own atexit hooks run
             atexit.register(disable)
             _atexit_registered = True
-        if _session is not None:
-            _close_locked()
-        _session = Session(resolved)
+    return session_module.start(resolved)
 
 
 def ready(timeout: float | None = None) -> dict[str, Any]:
@@ -77,7 +76,7 @@ def ready(timeout: float | None = None) -> dict[str, Any]:
 
     Raises FarmUnavailableError without a session, or when Ray is unreachable and
     ``fallback=False``, and VersionMismatchError when a node runs another torch or triton."""
-    session = _session
+    session = session_module.current()
     if session is None:
         raise FarmUnavailableError("(no session)", "call raycompile.enable() first")
     return session.ready(timeout)
@@ -85,21 +84,11 @@ def ready(timeout: float | None = None) -> dict[str, Any]:
 
 def disable() -> None:
     """Restore stock Inductor and close the farm (shutting down a Ray this process started)."""
-    with _lock:
-        _close_locked()
-
-
-def _close_locked() -> None:
-    global _session, _last_stats, _last_report
-    if _session is not None:
-        _last_stats = _session.stats.snapshot()
-        _last_report = _report(_session)
-        _session.close()
-        _session = None
+    session_module.stop()
 
 
 def is_enabled() -> bool:
-    return _session is not None
+    return session_module.current() is not None
 
 
 @contextlib.contextmanager
@@ -119,30 +108,20 @@ def stats() -> dict[str, Any]:
     benchmark_seconds (on the actors), benchmark_wall_seconds (this process waiting on them), gpus
     (GPU id -> benchmarks), benchmark_failures, benchmarks_local,
     benchmarks_verified (apparent fastest candidates timed again in this process)."""
-    session = _session
+    session = session_module.last()
     if session is not None:
-        return session.stats.snapshot()
-    if _last_stats is not None:
-        return dict(_last_stats)
+        return session.snapshot()
     from .orchestrator import Stats
 
     return Stats().snapshot()
 
 
-def _report(session: Session) -> str:
-    from .orchestrator.report import summary
-
-    return summary(session.stats.snapshot(), session.stats.job_records(), session.node_names())
-
-
 def report() -> str:
     """A summary of the current (or last) session: jobs, cache hits per tier, dedupes, failures,
     seconds per node and the 10 slowest kernels. Its numbers are ``stats()``'s."""
-    session = _session
+    session = session_module.last()
     if session is not None:
-        return _report(session)
-    if _last_report is not None:
-        return _last_report
+        return session.report()
     from .orchestrator import Stats
     from .orchestrator.report import summary
 

@@ -38,9 +38,11 @@ class AutotuneSession:
     that pool (tests pass a test double)."""
 
     def __init__(self, stats: Any, cache: Any, settings: Settings, group: str | None = None,
-                 measure: Any = None, source: Any = None, submit: Callable[..., Any] | None = None) -> None:
+                 measure: Any = None, source: Any = None, submit: Callable[..., Any] | None = None,
+                 registry: Any = None) -> None:
         from .cache.winners import WinnerStore
-        from .kernels.benchmark import local_gpu
+        from .kernels.benchmark import GPUTiming, local_gpu
+        from .wrapper import compat
         from .wrapper.autotune import AutotuneHooks
 
         self.stats, self.settings = stats, settings
@@ -48,7 +50,7 @@ class AutotuneSession:
         if source is None:
             from .orchestrator.gpu_pool import GPUPool
 
-            self._own = GPUPool(stats, measure=measure, job_timeout_s=settings.job_timeout_s,
+            self._own = GPUPool(stats, measure or GPUTiming(compat.TOOLCHAIN), job_timeout_s=settings.job_timeout_s,
                                 profile=settings.profile_gpu_workers)
         self._source = source
         self._prestarted = False
@@ -59,7 +61,7 @@ class AutotuneSession:
         if self.group is not None:
             self.hooks = AutotuneHooks(self._runner(wall=True), cache, self.winners, stats,
                                        background=self._runner(wall=False), hold=self._hold,
-                                       configs=settings.autotune_configs)
+                                       configs=settings.autotune_configs, registry=registry)
             self.hooks.install()
 
     @property
@@ -82,13 +84,13 @@ class AutotuneSession:
 
     @classmethod
     def for_session(cls, stats: Any, cache: Any, settings: Settings, source: Any,
-                    submit: Callable[..., Any] | None = None) -> AutotuneSession | None:
+                    submit: Callable[..., Any] | None = None, registry: Any = None) -> AutotuneSession | None:
         """A session's autotuning, or None when turned off (``autotune=False``: Inductor benchmarks
         as it always does). Made at the session's first Inductor compile (it asks CUDA for this
         process's GPU); the actors start only when a benchmark goes to them."""
         if not settings.autotune:
             return None
-        return cls(stats, cache, settings, source=source, submit=submit)
+        return cls(stats, cache, settings, source=source, submit=submit, registry=registry)
 
     def prestart(self) -> None:
         """Start the GPU actors in the background when this process will send benchmarks to them
@@ -153,12 +155,12 @@ def autotune(kernel: Any, configs: Sequence[Any], args: Sequence[Any], grid: Any
     """
     import cloudpickle
 
-    from . import _session
     from .kernels import Versions
-    from .kernels.benchmark import INF, BenchJob, Payload, bundle_user_kernel, describe_args, local_gpu
+    from .kernels.benchmark import INF, BenchJob, Payload, describe_args, local_gpu
+    from .session import current
     from .wrapper import compat
 
-    session = _session
+    session = current()
     if session is None:
         raise FarmUnavailableError("(no session)", "raycompile.autotune needs raycompile.enable() on a Ray cluster")
     session.install()
@@ -166,14 +168,14 @@ def autotune(kernel: Any, configs: Sequence[Any], args: Sequence[Any], grid: Any
     if tuning is None:  # autotune=False
         raise NoGPUError(gpu or "any GPU", [])
     tuning.pool  # noqa: B018 - raises FarmUnavailableError without Ray, before anything is sent
-    source, values = bundle_user_kernel(kernel)
+    source, values = compat.bundle_user_kernel(kernel)
     name = kernel.__name__
     try:
         with _by_value(kernel, grid):
             grid_blob, globals_blob = cloudpickle.dumps(grid), cloudpickle.dumps(values)
         payload = Payload.make("user", name, source, args=describe_args(args, by_value=True),
                                kwargs=dict(kwargs or {}), grid=grid_blob, globals=globals_blob)
-    except Exception as e:  # a global or the grid that cloudpickle cannot take
+    except Exception as e:  # noqa: BLE001 - whatever cloudpickle raises for a global or grid it cannot take
         raise AutotuneError(name, f"it cannot be sent to the GPU workers: {type(e).__name__}: {e}") from e
     group = gpu or tuning.group or _default_group(tuning, local_gpu)
     versions = Versions.here()

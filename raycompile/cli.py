@@ -72,13 +72,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def _compile_kernels(args: argparse.Namespace) -> int:
     from .kernels.sources import find_kernels
-    from .kernels.triton_compile import parse_arch
     from .orchestrator import Farm, Progress, progress_wanted
     from .orchestrator.batch import compile_kernels
     from .orchestrator.report import summary, write_trace
     from .settings import Settings
+    from .wrapper import compat
+    from .wrapper.jobs import triton_job
 
-    arch = parse_arch(args.arch) if args.arch else None  # bad arch: exit 2 before starting Ray
+    arch = compat.parse_arch(args.arch) if args.arch else None  # bad arch: exit 2 before starting Ray
     sources = find_kernels(args.paths)
     if not sources:
         print(f"raycompile: no Inductor Triton kernels under {' '.join(args.paths)}", file=sys.stderr)
@@ -86,8 +87,9 @@ def _compile_kernels(args: argparse.Namespace) -> int:
     settings = Settings.resolve(address=args.address, num_cpus=args.num_cpus,
                                 job_timeout_s=args.job_timeout, fallback=False)
     progress = Progress(force_terminal=settings.progress is True) if progress_wanted(settings.progress) else None
-    with Farm(settings, progress=progress) as farm:
-        report = compile_kernels(farm, sources, arch, args.out)
+    jobs = [triton_job(s.name, compat.retarget(s.source, arch) if arch else s.source) for s in sources]
+    with Farm(settings, progress=progress, toolchain=compat.TOOLCHAIN) as farm:
+        report = compile_kernels(farm, jobs, args.out)
         names = {n: info["hostname"] for n, info in farm.nodes.items()}
     records = farm.stats.job_records()
     if settings.trace:

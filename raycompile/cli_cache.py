@@ -238,9 +238,10 @@ def _set_cap(args: argparse.Namespace) -> int:
     if args.size and held > args.size:
         print(f"it holds {format_size(held)}: sessions evict down to the cap when they next write; "
               "`raycompile cache prune` does it now")
-    if os.environ.get(ENV_CAP):
-        print(f"raycompile: note: {ENV_CAP}={os.environ[ENV_CAP]} is set here, and wins over this cap",
-              file=sys.stderr)
+    configured = Settings.resolve().cache_max_bytes
+    if configured is not None:
+        print(f"raycompile: note: {ENV_CAP}={format_size(configured) if configured else 0} is set here, and wins "
+              "over this cap", file=sys.stderr)
     return 0
 
 
@@ -291,27 +292,9 @@ def _known_keys(shared: bool) -> dict[str, bytes]:
 
 def _cluster_secret(user: bytes) -> bytes | None:
     """The secret of the Ray cluster running here, None without one (reading it joins Ray)."""
-    from .errors import FarmUnavailableError
-    from .orchestrator.connect import resolve
+    from .orchestrator.secret import running_cluster_secret
 
-    settings = Settings.resolve()
-    try:
-        target = resolve(settings)
-    except FarmUnavailableError:
-        return None
-    if not target.joins:
-        return None
-    import ray
-
-    from .orchestrator.connect import connect
-    from .orchestrator.secret import cluster_secret
-
-    joined = connect(settings, target)
-    try:
-        return cluster_secret(user)
-    finally:
-        if joined.owns:
-            ray.shutdown()
+    return running_cluster_secret(Settings.resolve(), user)
 
 
 def _prune(args: argparse.Namespace) -> int:

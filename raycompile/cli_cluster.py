@@ -68,13 +68,13 @@ def run_precompile(args: argparse.Namespace) -> int:
         script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
         return run_script(args.script, script_args, settings.address)
     from .orchestrator.variants import run_variants
-    from .precompile import load_entry, load_spec, table
+    from .precompile import VariantResult, load_entry, load_spec, run_variant, table
 
     variants = load_spec(args.spec)
     paths = [os.getcwd(), os.path.dirname(os.path.abspath(args.spec))]
     for entry in sorted({v.entry for v in variants}):
         load_entry(entry, paths)  # a typo fails here (exit 2), before any Ray task starts
-    results = run_variants(variants, settings, paths, timeout_s=args.timeout)
+    results = run_variants(variants, settings, run_variant, VariantResult, paths, timeout_s=args.timeout)
     print(table(results))
     if args.json:
         print(json.dumps([r.__dict__ for r in results]))

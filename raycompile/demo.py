@@ -38,7 +38,7 @@ def run_demo(address: str | None = None, num_cpus: int | None = None) -> int:
     try:
         for name, (model, args) in examples(device).items():
             eager = copy.deepcopy(model)(*args)
-            torch._dynamo.reset()
+            torch.compiler.reset()
             before = stats()["jobs"]
             with compat.fresh_cache():  # a cold compile, so every kernel really goes to the farm
                 start = time.perf_counter()

@@ -127,4 +127,10 @@ class AutotuneError(RaycompileError):
         super().__init__(kernel, message)
 
     def __str__(self) -> str:
-        return f"autotuning {self.kernel!r} failed: {self.message}"
+        return (
+            f"autotuning {self.kernel!r} failed: {self.message}\n"
+            "For a config that failed, run the kernel in this process with that config to see the full "
+            "error, and leave out the configs this GPU cannot run (too many warps or stages, blocks too "
+            "large for its shared memory). To be sent to the GPU workers, the grid and the kernel's globals "
+            "must pickle with cloudpickle (module-level functions and plain values)."
+        )

@@ -122,7 +122,7 @@ def run_variant(variant: Variant, paths: Sequence[str] = (), address: str = "aut
             if variant.dtype:
                 target = target.to(getattr(torch, variant.dtype))
         inputs = make_inputs(variant.inputs, device, variant.seed)
-        torch._dynamo.reset()  # Ray may run several variants in one worker process
+        torch.compiler.reset()  # Ray may run several variants in one worker process
         # Inductor's own on-disk caches empty: a module this node compiled before would load from
         # them and never reach the shared tier; this way every kernel is a cache hit or a farm job
         with compat.fresh_cache():

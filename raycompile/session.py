@@ -31,6 +31,12 @@ from .settings import DEFAULT_CACHE_MAX_BYTES, Settings
 
 log = logging.getLogger("raycompile")
 
+# The session ``enable()`` made (``current``), and the one before, kept after ``disable()`` so that
+# ``stats()`` and ``report()`` still answer (``last``): the only module state of the facade.
+_lock = threading.Lock()
+_current: Session | None = None
+_last: Session | None = None
+
 IO_THREADS = 8  # cache lookups, result unpacking and tier writes (never on Inductor's thread)
 
 
@@ -58,7 +64,9 @@ class Session:
             unreachable = e
             log.warning("raycompile: %s\nCompiling locally with stock Inductor; each local compile is counted in "
                         "raycompile.stats()['fallbacks'].", e)
-        self.startup = (Startup(settings, self.stats, self.progress, self.user_key, target)
+        from .wrapper.compat.toolchain import TOOLCHAIN  # light: its families import Inductor lazily
+
+        self.startup = (Startup(settings, self.stats, self.progress, self.user_key, target, toolchain=TOOLCHAIN)
                         if unreachable is None else None)
         self.metrics = (MetricsExporter.for_startup(self.stats, self.startup)
                         if self.startup is not None and settings.metrics else None)
@@ -67,6 +75,9 @@ class Session:
         self.cache = Cache(local_tier(self.cache_root, settings.secret_bytes or self.user_key, self._cap()),
                            self._shared(target), self.stats, submit=self.io.submit)
         self.hooks: Any = None  # wrapper.hooks.Hooks, at the first Inductor compile
+        self.winners: Any = None  # wrapper.runtime.Winners: the autotune winners output modules stitch in
+        self._unbind: Any = None
+        self._final_report: str | None = None
         self.autotune: Any = None  # raycompile.autotune.AutotuneSession, likewise
         self._install_lock = threading.Lock()
         self._tuning_installed = False
@@ -114,7 +125,7 @@ class Session:
 
             if self.startup is not None:
                 self.autotune = AutotuneSession.for_session(self.stats, self.cache, self.settings, self.startup,
-                                                            submit=self.io.submit)
+                                                            submit=self.io.submit, registry=self.winners)
             if self.autotune is not None:
                 self.hooks.router.on_triton_job = self.autotune.prestart
             self._tuning_installed = True
@@ -124,10 +135,17 @@ class Session:
         with self._install_lock:
             if self.hooks is not None or self._closed:
                 return
-            from .wrapper.hooks import Hooks, Router, stock_pools
+            from .wrapper import compat, runtime
+            from .wrapper.hooks import Hooks, Router
 
-            process_pool, submit = stock_pools()
-            hooks = Hooks(Router(self.startup, self.stats, process_pool, submit, self.cache, io=self.io))
+            self.winners = runtime.Winners()
+            settings = self.settings
+            self._unbind = runtime.bind(runtime.Binding(self.winners, settings.progress,
+                                                        lambda: progress_wanted(settings.progress),
+                                                        prefetch=self.cache.prefetch))
+            process_pool, submit = compat.stock_pools()
+            hooks = Hooks(Router(self.startup, self.stats, process_pool, submit, self.cache, io=self.io,
+                                 job_timeout_s=settings.job_timeout_s))
             hooks.install()
             self.hooks = hooks
 
@@ -149,12 +167,26 @@ class Session:
     def node_names(self) -> dict[str, str]:
         return self.startup.node_names() if self.startup is not None else {}
 
+    def snapshot(self) -> dict[str, Any]:
+        """The session's counters (``raycompile.stats()``)."""
+        return self.stats.snapshot()
+
+    def report(self) -> str:
+        """The session's summary (``raycompile.report()``); after ``close``, as it was then."""
+        if self._final_report is not None:
+            return self._final_report
+        from .orchestrator.report import summary
+
+        return summary(self.stats.snapshot(), self.stats.job_records(), self.node_names())
+
     def close(self) -> None:
         if self._closed:
             return
         with self._install_lock:
             self._closed = True
         self._gate.__exit__(None, None, None)
+        if self._unbind is not None:
+            self._unbind()
         if self.hooks is not None:
             self.hooks.uninstall()
         if self.autotune is not None:
@@ -176,4 +208,43 @@ class Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        stop(self)
+
+
+def start(settings: Settings) -> Session:
+    """Close the current session, if any, and make a new one the current one."""
+    global _current, _last
+    with _lock:
+        if _current is not None:
+            _close(_current)
+        _current = Session(settings)
+        return _current
+
+
+def stop(session: Session | None = None) -> None:
+    """Close ``session`` (default: the current one); it stays ``last()`` for stats and report."""
+    global _current
+    with _lock:
+        target = session if session is not None else _current
+        if target is None:
+            return
+        if target is _current:
+            _current = None
+        _close(target)
+
+
+def _close(session: Session) -> None:
+    global _last
+    if not session._closed:
+        session._final_report = session.report()  # node names need the session's Ray: before closing
+    session.close()
+    _last = session
+
+
+def current() -> Session | None:
+    return _current
+
+
+def last() -> Session | None:
+    """The current session, else the one closed last, else None."""
+    return _current or _last

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import SettingsError
 
 DEFAULT_CACHE_MAX_BYTES = 10 * 2**30
+# values ``Settings.scope`` sets for the code inside it: between arguments and the environment
+_SCOPE: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("raycompile_settings_scope",
+                                                                               default=None)
 SIZES = ("cache_max_bytes",)  # settings in the size syntax (raycompile/sizes.py)
 
 
@@ -67,9 +73,13 @@ class Settings:
         if unknown:
             raise SettingsError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(fields)}")
         values: dict[str, Any] = {}
+        scoped = _SCOPE.get() or {}
         for name, f in fields.items():
             if overrides.get(name) is not None:
                 values[name] = _check(name, overrides[name], f.type)
+                continue
+            if scoped.get(name) is not None:
+                values[name] = _check(name, scoped[name], f.type)
                 continue
             env = os.environ.get(f"RAYCOMPILE_{name.upper()}")
             if env is None and name == "address":
@@ -80,20 +90,39 @@ class Settings:
         settings._validate()
         return settings
 
+    @staticmethod
+    @contextlib.contextmanager
+    def scope(**values: Any) -> Iterator[None]:
+        """Inside, ``resolve()`` takes ``values`` over the RAYCOMPILE_* environment (arguments still
+        win): settings for one block of code, a test, without touching ``os.environ``. Nests; a
+        value of None keeps what the enclosing scope (else the environment) says. Raises SettingsError for an unknown
+        name, or (at ``resolve``) a value of the wrong type."""
+        unknown = set(values) - {f.name for f in dataclasses.fields(Settings)}
+        if unknown:
+            raise SettingsError(f"unknown setting(s) {sorted(unknown)} in Settings.scope")
+        token = _SCOPE.set({**(_SCOPE.get() or {}), **{k: v for k, v in values.items() if v is not None}})
+        try:
+            yield
+        finally:
+            _SCOPE.reset(token)
+
     def _validate(self) -> None:
+        def bad(name: str, rule: str) -> SettingsError:
+            return SettingsError(f"{name} (or RAYCOMPILE_{name.upper()}) {rule}, got {getattr(self, name)!r}")
+
         for name in ("job_timeout_s", "connect_timeout_s"):
             if not getattr(self, name) > 0:
-                raise SettingsError(f"{name} must be > 0, got {getattr(self, name)!r}")
+                raise bad(name, "must be > 0")
         if self.num_cpus is not None and self.num_cpus < 1:
-            raise SettingsError(f"num_cpus must be >= 1, got {self.num_cpus}")
+            raise bad("num_cpus", "must be >= 1")
         if self.retries < 0:
-            raise SettingsError(f"retries must be >= 0, got {self.retries}")
+            raise bad("retries", "must be >= 0")
         if self.cache_max_bytes is not None and self.cache_max_bytes < 0:
-            raise SettingsError(f"cache_max_bytes must be >= 0, got {self.cache_max_bytes}")
+            raise bad("cache_max_bytes", "must be >= 0")
         if self.compile_jobs not in ("auto", "cluster", "local"):
-            raise SettingsError(f"compile_jobs must be 'auto', 'cluster' or 'local', got {self.compile_jobs!r}")
+            raise bad("compile_jobs", "must be 'auto', 'cluster' or 'local'")
         if self.autotune_configs not in ("local", "actors"):
-            raise SettingsError(f"autotune_configs must be 'local' or 'actors', got {self.autotune_configs!r}")
+            raise bad("autotune_configs", "must be 'local' or 'actors'")
 
     @property
     def secret_bytes(self) -> bytes | None:

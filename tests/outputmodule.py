@@ -50,6 +50,15 @@ def check_shape(code: str) -> dict[str, Any]:
     exec(manifest_src.group(0), namespace)
     manifest = namespace["_raycompile_manifest"]
     assert list(manifest["kernels"]) == [name for name, _ in defined]
+    # before any kernel is defined, one batched lookup of every Triton kernel's key (a warm node's
+    # shared-tier round trip)
+    triton_keys = [manifest["kernels"][name] for name, kind in defined if kind == "triton"]
+    prefetch = re.search(r"^async_compile\.prefetch\((\[.*?\])\)$", code, flags=re.MULTILINE)
+    if triton_keys:
+        assert prefetch and eval(prefetch.group(1)) == list(dict.fromkeys(triton_keys))
+        assert prefetch.start() < code.index(" = async_compile.triton(")
+    else:
+        assert prefetch is None
     for name, kind in defined:
         if kind in ("triton", "cpp_pybinding"):
             key = manifest["kernels"][name]

@@ -1,18 +1,9 @@
-"""Inductor integration: the hooks that route kernel compiles to the farm, the output module's
-codegen (codegen.py) and the runtime such modules import (runtime.py), and the compat module
-that holds every touch point with Inductor's private API."""
+"""Inductor integration, above ``kernels/`` and beside ``orchestrator/`` (which it never imports):
 
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["Hooks", "Router", "stock_pools"]
-
-
-def __getattr__(name: str) -> Any:
-    # lazy: kernels/ imports wrapper.compat, and hooks imports kernels/
-    if name in __all__:
-        from . import hooks
-
-        return getattr(hooks, name)
-    raise AttributeError(name)
+- ``compat/``: the adapter, every touch point with Inductor's and Triton's private API;
+- ``jobs.py``: jobs made from Inductor's compile calls, keyed once (``cache/keys.py``);
+- ``hooks.py``: the Router that sends those jobs to the cache, the farm or the stock pools;
+- ``codegen.py`` / ``runtime.py``: the output module the farm's codegen writes, and what it imports;
+- ``autotune.py`` / ``module_cache.py``: autotune on the GPU actors; FX-graph and AOTAutograd
+  entries in the farm's tiers.
+"""

@@ -32,21 +32,16 @@ times a candidate itself (``benchmarker.benchmark_gpu``: ATen choices, confirmat
 fusions), the actors on its own GPU are held out (``driver_timing_held``), so no timing here
 shares the GPU with one on an actor.
 
-The seams themselves (each a context manager restoring Inductor exactly) are in
-``autotune_seams.py``; the actor-side touch points the benchmark jobs (kernels/benchmark.py) use
-are in ``autotune_actor.py``. Every Inductor name reached is listed in ``compat.SEAMS`` (checked
-on torch 2.13.0; 2.11.0 on the GPU machine: ``tests/unit/test_compat.py``).
+The seams themselves (each a context manager restoring Inductor exactly), and the touch points
+the GPU actors' benchmark jobs use, are the adapter's (``compat/autotune.py``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import copy
-import functools
 import logging
 import math
-import os
 import pickle
 import statistics
 import threading
@@ -54,25 +49,25 @@ import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from ..cache import keys
+from ..errors import RaycompileError
+from ..kernels import Versions
+from ..kernels.benchmark import BenchJob, Payload, describe_args, has_indirect_indexing
 from . import compat
-from .autotune_actor import (  # noqa: F401 - also reached as autotune.* (tests, benchmarks)
-    bench_launcher,
-    benchmark_gpu,
-    launcher_for,
-    load_autotuner,
-    match_compile_env,
-    point_request_here,
-    rand_strided,
-    run_request,
-)
-from .autotune_seams import (
+from .compat.autotune import (
     Hold,
+    choice_failed,
+    choice_label,
     config_benchmarks_installed,
     driver_timing_held,
+    is_gpu_template_choice,
+    local_template_ms,
     prefetch_installed,
     stock_tuning_pool,
+    template_request,
     tuning_pool_installed,
 )
+from .jobs import triton_key
 
 log = logging.getLogger("raycompile.autotune")
 
@@ -102,16 +97,6 @@ def module_source(path: str) -> str:
         return f.read()
 
 
-def triton_source_key(name: str, source: str) -> str:
-    """The farm's cache key of the Triton kernel module ``source``: the Router's key for its
-    compile job (``wrapper/hooks.py``), the key the output module names the kernel by
-    (``wrapper/codegen.py``), and so the key its autotune winner is filed under."""
-    from ..kernels import TritonJob, Versions
-    from .hooks import cache_key
-
-    return cache_key(TritonJob(name, source, Versions.here(), {}, compat.triton_extra_config(source)))
-
-
 def triton_files(cache: Any, name: str, source: str) -> dict[str, bytes]:
     """The Triton cache group the farm compiled for ``source`` (from the local tier; not counted as
     a lookup), or {} when it has none (the GPU node then compiles the kernel itself)."""
@@ -120,69 +105,16 @@ def triton_files(cache: Any, name: str, source: str) -> dict[str, bytes]:
         return {}
     from ..cache import Entry
 
-    entry = local.get(triton_source_key(name, source))
-    if not isinstance(entry, Entry):
-        return {}
-    return {n: d for n, d in entry.blobs.items() if n.startswith("triton/")}
-
-
-def is_gpu_template_choice(choice: Any) -> bool:
-    from torch._inductor.autotune_process import TritonGPUBenchmarkRequest
-
-    return isinstance(getattr(choice, "bmreq", None), TritonGPUBenchmarkRequest)
+    entry = local.get(triton_key(name, source))
+    return keys.triton_blobs(entry.blobs) if isinstance(entry, Entry) else {}
 
 
 def template_payload(choice: Any, cache: Any) -> tuple[Any, dict[str, Any]]:
     """(Payload, label) of a max-autotune Triton template choice."""
-    from ..kernels.benchmark import Payload
-
-    bmreq = choice.bmreq
-    source = module_source(bmreq.module_path)
-    state = copy.copy(bmreq)
-    if hasattr(state, "_benchmark_module"):
-        state._benchmark_module = None  # a loaded module: not sent
-    # time it as Inductor's in-process benchmark would (TritonTemplateCaller.benchmark sets this)
-    state.benchmark_with_cudagraphs = bool(getattr(choice, "_benchmark_with_cudagraphs", False))
-    payload = Payload.make("template", bmreq.kernel_name, source, bmreq=pickle.dumps(state),
-                           files=triton_files(cache, bmreq.kernel_name, source))
+    name, path, state = template_request(choice)
+    source = module_source(path)
+    payload = Payload.make("template", name, source, bmreq=pickle.dumps(state), files=triton_files(cache, name, source))
     return payload, {}
-
-
-def autotuner_source(kernel: Any) -> tuple[str, str] | None:
-    """(kernel name, module source) of a loaded ``CachingAutotuner``, or None when unknown.
-
-    ``AsyncCompile.triton`` hands the parent's precompile a ``reload_kernel`` closure over
-    ``functools.partial(_load_triton_kernel_from_source, name, source)`` (kept as
-    ``_reload_kernel``); a kernel compiled in-process was loaded from a file under Inductor's
-    cache whose name is the hash of its source (``filename``)."""
-    from torch._inductor.codecache import _load_triton_kernel_from_source
-
-    reload = getattr(kernel, "_reload_kernel", None)
-    for cell in getattr(reload, "__closure__", None) or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:
-            continue
-        if (isinstance(value, functools.partial) and value.func is _load_triton_kernel_from_source
-                and len(value.args) == 2):
-            return value.args[0], value.args[1]
-    filename = getattr(kernel, "filename", None)
-    name = kernel_attribute_name(kernel)
-    if filename and name and os.path.isfile(filename):
-        return name, module_source(filename)
-    return None
-
-
-def kernel_attribute_name(kernel: Any) -> str | None:
-    """The name a kernel's module binds it to (what ``_load_triton_kernel_from_source`` looks up):
-    its ``@triton.jit`` function's name. Not ``inductor_meta['kernel_name']``: in the modules
-    Inductor builds to benchmark a fusion (``generate_kernel_code_from_nodes``) that is still
-    ``'Placeholder.DESCRIPTIVE_NAME'`` while the function is ``triton_``."""
-    for name in (getattr(getattr(kernel, "fn", None), "__name__", None),
-                 (getattr(kernel, "inductor_meta", None) or {}).get("kernel_name")):
-        if isinstance(name, str) and name.isidentifier():
-            return name
-    return None
 
 
 # --- driver side: confirming the fastest here -----------------------------------------------------
@@ -204,7 +136,7 @@ def confirm_fastest(actor: Mapping[K, float], here: Callable[[K], float],
     def time_here(k: K) -> None:
         try:
             ms = float(here(k))
-        except Exception as e:  # what Inductor's own benchmark does with a failing choice
+        except Exception as e:  # noqa: BLE001 - the candidate's own error: Inductor's benchmark makes it inf too
             log.debug("raycompile: %s failed when timed here (%s: %s); it is inf", k, type(e).__name__, e)
             ms = INF
         timed[k] = timings[k] = ms if not math.isnan(ms) else INF
@@ -234,27 +166,10 @@ def _calibrated(actor: Mapping[K, float], timed: Mapping[K, float]) -> dict[K, f
     return {k: timed[k] if k in timed else ms * ratio for k, ms in actor.items()}
 
 
-def local_template_ms(choice: Any) -> float:
-    """A max-autotune Triton choice timed in this process, as ``TritonTemplateCaller.benchmark``
-    does (its request's own example tensors, Inductor's benchmarker)."""
-    bmreq = choice.bmreq
-    bmreq.benchmark_with_cudagraphs = bool(getattr(choice, "_benchmark_with_cudagraphs", False))
-    return float(bmreq.benchmark())
-
-
-def local_config_ms(kernel: Any, launcher: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> float:
-    """One config of a kernel timed in this process with its real arguments (what stock
-    ``benchmark_all_configs`` does for every config)."""
-    return float(kernel.bench(launcher, *args, **kwargs))
-
-
 def _gpu_here() -> bool:
-    try:
-        import torch
+    import torch
 
-        return bool(torch.cuda.is_available())
-    except Exception:
-        return False
+    return bool(torch.cuda.is_available())
 
 
 # --- driver side: the seams ----------------------------------------------------------------------
@@ -267,8 +182,10 @@ class FarmTuningPool:
 
     def __init__(self, run: Runner, cache: Any, stock: Callable[[], Any], stats: Any = None,
                  here: Callable[[Any], float] | None = None, verify: int = VERIFY,
-                 background: Runner | None = None, wait_s: float = PREFETCH_WAIT_S) -> None:
+                 background: Runner | None = None, wait_s: float = PREFETCH_WAIT_S,
+                 warn: Callable[[Exception], None] | None = None) -> None:
         self._run, self._cache, self._stock = run, cache, stock
+        self._warn = warn or LocalWarning()
         self._stats, self._here, self._verify = stats, here, verify
         self._background, self._wait_s = background, wait_s
         self._lock = threading.Lock()
@@ -277,9 +194,6 @@ class FarmTuningPool:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     def _work(self, choices: Sequence[Any]) -> list[tuple[Any, Any]]:
-        from ..kernels import Versions
-        from ..kernels.benchmark import BenchJob
-
         versions = Versions.here()
         work = []
         for c in choices:
@@ -298,7 +212,7 @@ class FarmTuningPool:
 
         def job() -> dict[Any, float]:
             precompile()
-            failed = [c for c in ours if getattr(c, "failed", False)]  # its precompile failed: inf, not sent
+            failed = [c for c in ours if choice_failed(c)]  # its precompile failed: inf, not sent
             ok = [c for c in ours if c not in failed]
             return {**dict.fromkeys(failed, INF), **dict(zip(ok, (t.ms for t in background(self._work(ok)))))}
 
@@ -322,8 +236,9 @@ class FarmTuningPool:
         try:
             for future in futures.values():
                 out.update(future.result(timeout=max(0.0, self._wait_s - (time.monotonic() - t0))))
-        except Exception as e:  # timed out, no GPU of this model, Ray gone: the caller times them
-            _warn_local(e)
+        except Exception as e:  # noqa: BLE001 - a time-out, the orchestrator's errors, or what Inductor's
+            # precompile (run in the background job) raised: the caller times these candidates itself
+            self._warn(e)
             return {}
         finally:
             if self._stats is not None:
@@ -340,8 +255,8 @@ class FarmTuningPool:
             try:
                 if missing:
                     actor.update(zip(missing, (t.ms for t in self._run(self._work(missing)))))
-            except Exception as e:  # no GPU of this model in the cluster, or Ray is gone: time them here
-                _warn_local(e)
+            except RaycompileError as e:  # no GPU of this model (NoGPUError), or Ray is gone: time them here
+                self._warn(e)
                 rest = [*ours, *rest]
             else:
                 timings.update(self._confirmed({c: actor[c] for c in ours}))
@@ -366,7 +281,7 @@ class FarmTuningPool:
         if self._stats is not None:
             self._stats.add(benchmarks_verified=len(timed))
         for c, ms in timed.items():
-            log.debug("raycompile: %s: %.4f ms on the GPU actors, %.4f ms here", getattr(c, "description", c),
+            log.debug("raycompile: %s: %.4f ms on the GPU actors, %.4f ms here", choice_label(c),
                       actor[c], ms)
         return timings
 
@@ -388,32 +303,30 @@ class ConfigTuner:
 
     def __init__(self, run: Runner, cache: Any, winners: Any, stats: Any,
                  here: Callable[[Any, Any, Sequence[Any], dict[str, Any]], float] | None = None,
-                 verify: int = VERIFY, mode: str = "local") -> None:
+                 verify: int = VERIFY, mode: str = "local", warn: Callable[[Exception], None] | None = None) -> None:
         self._run, self._cache, self._winners, self._stats = run, cache, winners, stats
+        self._warn = warn or LocalWarning()
         self._here, self._verify, self.mode = here, verify, mode
 
     def key_of(self, kernel: Any) -> tuple[str, str, str] | None:
-        found = autotuner_source(kernel)
+        found = compat.autotuner_source(kernel)
         if found is None:
             return None
         name, source = found
-        return name, source, triton_source_key(name, source)
+        return name, source, triton_key(name, source)
 
     def benchmark_all_configs(self, kernel: Any, stock: Callable[..., dict[Any, float]], *args: Any,
                               **kwargs: Any) -> dict[Any, float]:
-        from ..kernels import Versions
-        from ..kernels.benchmark import BenchJob, Payload, describe_args, has_indirect_indexing
-
         launchers = list(kernel.launchers)
-        if kernel.device_props.type != "cuda" or len(launchers) < 2:
+        if not compat.is_cuda_kernel(kernel) or len(launchers) < 2:
             return stock(kernel, *args, **kwargs)
         found = self.key_of(kernel)
         if found is None:
-            log.debug("raycompile: %s: source unknown; autotuning locally", kernel.fn.__name__)
+            log.debug("raycompile: %s: source unknown; autotuning locally", compat.kernel_label(kernel))
             self._stats.add(benchmarks_local=1)
             return stock(kernel, *args, **kwargs)
         name, source, key = found
-        configs = [compat.config_dict(launcher.config) for launcher in launchers]
+        configs = compat.launcher_configs(kernel)
         known = self._winners.get(key)
         if known is not None and known in configs:
             self._stats.add(autotune_cached=1)
@@ -433,8 +346,8 @@ class ConfigTuner:
         work = [(BenchJob(payload.kernel_id, name, i, cfg, versions), payload) for i, cfg in enumerate(configs)]
         try:
             results = self._run(work)
-        except Exception as e:  # no GPU of this model in the cluster, or Ray is gone
-            _warn_local(e)
+        except RaycompileError as e:  # no GPU of this model in the cluster (NoGPUError), or Ray is gone
+            self._warn(e)
             self._stats.add(benchmarks_local=1)
             return stock(kernel, *args, **kwargs)
         if all(t.ms == INF for t in results):  # every config failed there: let Inductor time them here
@@ -453,13 +366,19 @@ class ConfigTuner:
         return timings
 
 
-_warned: set[str] = set()
+class LocalWarning:
+    """Warns once per distinct reason that benchmarks fall back to this GPU (one per session)."""
 
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
 
-def _warn_local(error: Exception) -> None:
-    text = f"{type(error).__name__}: {error}"
-    if text not in _warned:
-        _warned.add(text)
+    def __call__(self, error: Exception) -> None:
+        text = f"{type(error).__name__}: {error}"
+        with self._lock:
+            if text in self._seen:
+                return
+            self._seen.add(text)
         log.warning("raycompile: the GPU workers cannot take benchmarks (%s); benchmarking on this GPU", text)
 
 
@@ -468,13 +387,16 @@ class AutotuneHooks:
     module's runtime; ``uninstall`` restores stock Inductor exactly."""
 
     def __init__(self, run: Runner, cache: Any, winners: Any, stats: Any, verify: int | None = None,
-                 background: Runner | None = None, hold: Hold | None = None, configs: str = "local") -> None:
+                 background: Runner | None = None, hold: Hold | None = None, configs: str = "local",
+                 registry: Any = None) -> None:
         # the fastest candidates are timed again here where this process has a GPU to time them on
         verify = (VERIFY if _gpu_here() else 0) if verify is None else verify
+        warn = LocalWarning()
         self.pool = FarmTuningPool(run, cache, stock_tuning_pool(), stats, local_template_ms, verify,
-                                   background=background)
-        self.tuner = ConfigTuner(run, cache, winners, stats, local_config_ms, verify, mode=configs)
+                                   background=background, warn=warn)
+        self.tuner = ConfigTuner(run, cache, winners, stats, compat.bench_launcher, verify, mode=configs, warn=warn)
         self.winners = winners
+        self.registry = registry  # the session's runtime.Winners: output modules stitch these winners in
         self.hold = hold
         self._stack: contextlib.ExitStack | None = None
         self._lock = threading.Lock()
@@ -489,12 +411,8 @@ class AutotuneHooks:
             if self.hold is not None:
                 stack.enter_context(driver_timing_held(self.hold))
             stack.enter_context(prefetch_installed(self.pool))
-            try:
-                from .runtime import winners as runtime_winners
-
-                stack.callback(runtime_winners.add(self.winners.get))
-            except ImportError:  # the output module's runtime is not there: winners still apply at run time
-                pass
+            if self.registry is not None:
+                stack.callback(self.registry.add(self.winners.get))
             self._stack = stack
 
     def uninstall(self) -> None:

@@ -18,6 +18,7 @@ import logging
 from typing import Any
 
 from . import compat
+from .jobs import cpp_source_key, triton_key
 from .runtime import winner_for
 
 log = logging.getLogger("raycompile.codegen")
@@ -27,9 +28,8 @@ DEVICES = ("cuda", "cpu")
 # FX-graph key, so without it farm-made and stock modules would share cache entries.
 CACHE_KEY_TAG = "raycompile-output-module-v1"
 
-STOCK_IMPORT = "from torch._inductor.async_compile import AsyncCompile"
+STOCK_IMPORT, STOCK_INSTANCE = compat.STOCK_IMPORT, compat.STOCK_INSTANCE
 RUNTIME_IMPORT = "from raycompile.wrapper.runtime import FarmCompile"
-STOCK_INSTANCE = "async_compile = AsyncCompile()"
 RUNTIME_INSTANCE = "async_compile = FarmCompile()"
 
 _PythonWrapperCodegen, _SubgraphPythonWrapperCodegen = compat.wrapper_codegen_classes()
@@ -39,9 +39,9 @@ def definition_key(kernel_name: str, body: str) -> str | None:
     """The cache key of the kernel that ``body`` (``async_compile.KIND(...)``) defines; None for a
     body that is not a Triton or C++ kernel definition.
 
-    Triton: the key the farm files the compiled kernel under (``hooks.cache_key`` of the job that
-    ``AsyncCompile.triton`` sends), so a node loading the module finds it. C++: a key of the
-    source, argument types, compiler and target CPU (the build's own entry is keyed by its
+    Triton: the key of the job ``AsyncCompile.triton`` sends (``wrapper/jobs.py``, one function
+    for both), which the Router checks against it. C++: a key of the source, argument types,
+    compiler and target CPU (``cache.keys.cpp_source_key``; the build's own entry is keyed by its
     resolved command lines, which exist only once Inductor writes the source out)."""
     try:
         call = ast.parse(body.strip(), mode="eval").body
@@ -58,25 +58,8 @@ def definition_key(kernel_name: str, body: str) -> str | None:
     if call.func.attr == "triton":
         return triton_key(first, source)
     if call.func.attr == "cpp_pybinding":
-        return cpp_key(first, source)
+        return cpp_source_key(first, source)
     return None
-
-
-def triton_key(kernel_name: str, source: str) -> str:
-    from ..kernels import TritonJob, Versions
-    from .hooks import cache_key
-
-    return cache_key(TritonJob(kernel_name, source, Versions.here(), {}, compat.triton_extra_config(source)))
-
-
-def cpp_key(argtypes: list[str], source: str) -> str:
-    from ..cache import kernel_key
-    from ..kernels import Versions
-    from ..kernels.cpp_compile import compiler_version, native_march_flags
-
-    v, cxx = Versions.here(), compat.cpp_compiler()
-    return kernel_key("cpp-source", [repr(list(argtypes)), source], v.torch, v.triton, compiler_version(cxx),
-                      " ".join(native_march_flags(cxx)), {})
 
 
 def with_key(body: str, key: str) -> str:
@@ -98,11 +81,13 @@ class _NamedKernels:
         if root is not None:
             try:
                 key = definition_key(kernel_name, kernel_body)
-            except Exception as e:  # a kernel the key function cannot read still compiles
+            except (ValueError, TypeError, OSError) as e:  # a kernel whose target cannot be read still compiles
                 log.warning("raycompile: no cache key for %s in the output module (%s)", kernel_name, e)
                 key = None
             if key is not None:
                 kernel_body = with_key(kernel_body, key)
+                if kernel_body.lstrip().startswith("async_compile.triton("):
+                    root.farm_triton_keys.append(key)  # a cache entry's key (a C++ build's is its own)
             root.farm_kernels[kernel_name] = key
         super().define_kernel(kernel_name, kernel_body, *args, **kwargs)  # type: ignore[misc]
 
@@ -112,6 +97,7 @@ class FarmWrapperCodegen(_NamedKernels, _PythonWrapperCodegen):  # type: ignore[
 
     def __init__(self) -> None:
         self.farm_kernels: dict[str, str | None] = {}  # before super().__init__: it writes the wait
+        self.farm_triton_keys: list[str] = []  # the Triton kernels' keys, for ``render_prefetch``
         super().__init__()
 
     @staticmethod
@@ -125,6 +111,14 @@ class FarmWrapperCodegen(_NamedKernels, _PythonWrapperCodegen):  # type: ignore[
         super().write_header()
         compat.replace_line(self.imports, STOCK_IMPORT, RUNTIME_IMPORT)
         compat.replace_line(self.header, STOCK_INSTANCE, RUNTIME_INSTANCE)
+        # before any kernel is defined: the keys of all of them, rendered once they are known
+        self.header.writeline(compat.deferred_line(self.render_prefetch))
+
+    def render_prefetch(self) -> str:
+        """``async_compile.prefetch([...])``: a warm node looks up the module's kernels in the
+        shared tier in one batched round trip, not one per kernel."""
+        keys = list(dict.fromkeys(self.farm_triton_keys))
+        return f"async_compile.prefetch({keys!r})" if keys else "# (no Triton kernel to look up)"
 
     def write_kernel_autotune_defs_header(self) -> None:
         # the compile-time autotune block (config.triton.autotune_at_compile_time) defines the same
@@ -142,7 +136,7 @@ class FarmWrapperCodegen(_NamedKernels, _PythonWrapperCodegen):  # type: ignore[
     def manifest(self) -> dict[str, Any]:
         """The manifest the module carries: its kernels' cache keys, the autotune winners known for
         them now, and the versions that made it."""
-        from .. import __version__
+        from .._version import __version__
         from ..kernels import Versions
 
         v = Versions.here()

@@ -14,107 +14,20 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
-import hashlib
 import logging
-import os
 import pickle
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from ..cache import Cache, Entry, kernel_key, publish
+from ..cache import Cache, keys, publish
 from ..errors import CompileError
-from ..kernels import Built, CppJob, CppStep, Failed, Job, Result, TritonJob, Versions, run_job
-from ..kernels.cpp_compile import compiler_version, resolve_command
-from ..kernels.triton_compile import device_index, ptxas_version, target_of
-from . import compat
+from ..kernels import Failed, Job, Result, TritonJob, Versions, run_job
+from . import compat, runtime
+from .jobs import cpp_job_for, local_paths, to_entry, triton_job_for
 
 log = logging.getLogger("raycompile.hooks")
-
-
-def triton_job(fn: Callable[..., Any], args: tuple[Any, ...], versions: Versions) -> TritonJob | None:
-    parts = compat.triton_job_args(fn, args)
-    if parts is None:
-        return None
-    name, source, env, config = parts
-    return TritonJob(name, source, versions, env, config)
-
-
-def _cpp_label(steps: list[CppStep], inputs: dict[str, bytes]) -> str:
-    """A C++ job's label where the output module's kernel name is not known: the library's hash
-    and the length of the kernel's source (the ``.cpp`` inputs the job already carries),
-    ``C++ kernel c7vumwyt (120 lines)``."""
-    lines = sum(compat.cpp_kernel_lines(data.decode(errors="replace"))
-                for path, data in inputs.items() if path.endswith(".cpp"))
-    return f"C++ kernel {os.path.basename(steps[-1].target).split('.')[0][:8]} ({lines} lines)"
-
-
-def cpp_job(task: Callable[..., Any], versions: Versions) -> CppJob | None:
-    """Turn Inductor's C++ build partial into a self-contained job: resolved command lines (with
-    ``-march=native`` expanded for THIS machine) and the input files a remote node lacks. Its
-    label is the kernel's name in the output module (``cpp_fused_relu_0``) where this runs under
-    that module's definition of it (Inductor calls it there), else ``_cpp_label``."""
-    parts = compat.cpp_job_parts(task)
-    if parts is None:
-        return None
-    lock_path, builders = parts
-    steps: list[CppStep] = []
-    inputs: dict[str, bytes] = {}
-    produced: set[str] = set()
-    for builder in builders:
-        command, target, sources, _ = compat.builder_parts(builder)
-        argv = resolve_command(command)
-        needed = [s for s in sources if s not in produced]
-        needed += [argv[i + 1] for i, t in enumerate(argv[:-1]) if t == "-include"]
-        for path in needed:
-            if os.path.isfile(path):
-                with open(path, "rb") as f:
-                    inputs[path] = f.read()
-        steps.append(CppStep(argv, target, f"{target}.rcbuild"))
-        produced.add(target)
-    name = compat.defining_cpp_kernel() or _cpp_label(steps, inputs)
-    return CppJob(name, tuple(steps), inputs, versions, lock_path)
-
-
-def cache_key(job: Job) -> str:
-    """The job's cache key (cache/keys.py): source, versions, ptxas or compiler, arch, settings."""
-    if isinstance(job, TritonJob):
-        device, cc, warp = target_of(job.source)
-        return kernel_key("triton", [job.source], job.versions.torch, job.versions.triton, ptxas_version(),
-                          f"{device}:{cc}:{warp}", job.extra_config)
-    # paths under this process's Inductor cache dir are named relative to it, so a node with
-    # another TORCHINDUCTOR_CACHE_DIR finds the same entry
-    base = compat.inductor_cache_dir()
-    parts = [" ".join(step.command).replace(base, "<inductor-cache>") for step in job.steps]
-    parts += [f"{path.replace(base, '<inductor-cache>')}:{hashlib.sha256(data).hexdigest()}"
-              for path, data in sorted(job.inputs.items())]
-    return kernel_key("cpp", parts, job.versions.torch, job.versions.triton,
-                      compiler_version(job.steps[0].command[0]), "", {})
-
-
-def _to_local_paths(files: dict[str, bytes], job: Job) -> dict[str, bytes]:
-    """Names in a result or cache entry -> paths on this node: ``triton/GROUP/FILE`` under this
-    process's Triton cache dir, ``inductor/REL`` under its Inductor cache dir, absolute as is."""
-    out = {}
-    triton_dir = compat.driver_triton_cache_dir(device_index(job.source)) if isinstance(job, TritonJob) else ""
-    for name, data in files.items():
-        if name.startswith("triton/"):
-            out[os.path.join(triton_dir, name[len("triton/"):])] = data
-        elif name.startswith("inductor/"):
-            out[os.path.join(compat.inductor_cache_dir(), name[len("inductor/"):])] = data
-        elif os.path.isabs(name):
-            out[name] = data
-        # anything else (the pickled autotuner, "payload") is not a file to write
-    return out
-
-
-def _to_entry(key: str, result: Built) -> Entry:
-    base = compat.inductor_cache_dir() + os.sep
-    blobs = {("inductor/" + n[len(base):] if n.startswith(base) else n): d for n, d in result.files.items()}
-    if result.payload:
-        blobs["payload"] = result.payload
-    return Entry(key, blobs, {"label": result.label, "seconds": result.seconds})
 
 
 class Router:
@@ -132,8 +45,10 @@ class Router:
 
     def __init__(self, farm: Any | None, stats: Any, stock_process_pool: Callable[[], Any],
                  stock_submit: Callable[[Callable[[], Any]], Any], cache: Cache | None = None,
-                 dedupe: Any | None = None, io: concurrent.futures.Executor | None = None) -> None:
+                 dedupe: Any | None = None, io: concurrent.futures.Executor | None = None,
+                 job_timeout_s: float = 600.0) -> None:
         self._source = farm
+        self.job_timeout_s = job_timeout_s
         self.cache = cache
         self.dedupe = dedupe  # cluster-wide: orchestrator.coordinator.ClusterDedupe, or None
         self.stats = stats
@@ -166,13 +81,16 @@ class Router:
     # Inductor's process pool interface ---------------------------------------------------------
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        job = triton_job(fn, args, self.versions)
+        job = triton_job_for(fn, args, self.versions)
         if job is None:
-            if getattr(fn, "__name__", "") == "_get_ready":  # Inductor's readiness probe
+            if compat.is_readiness_probe(fn):
                 ready: Future[Any] = Future()
                 ready.set_result(fn(*args))
                 return ready
             return self._stock_process_pool().submit(fn, *args)  # not a compile: stock pool
+        expected = runtime.expected_key()  # the key the output module names this kernel by
+        if expected is not None and expected != job.key:
+            self._key_mismatch(job, expected)
         if self.on_triton_job is not None:
             self.on_triton_job()  # on Inductor's thread: it reads the compile's config
         return self._route(job, lambda: self._stock_process_pool().submit(fn, *args))
@@ -187,8 +105,16 @@ class Router:
 
     # AsyncCompile.submit (C++ builds) ----------------------------------------------------------
 
+    def _key_mismatch(self, job: Job, expected: str) -> None:
+        """The output module was made where this kernel has another key (another ptxas, torch or
+        settings): the key computed here, for this node's binary, is the one used."""
+        self.stats.add(key_mismatches=1)
+        log.warning("raycompile: %s: the output module names it %s, this node keys it %s (the module "
+                    "was made with another toolchain or settings); using this node's key",
+                    job.label, expected[:12], job.key[:12])
+
     def submit_task(self, task: Callable[[], Any]) -> Any:
-        job = cpp_job(task, self.versions)
+        job = cpp_job_for(task, self.versions, self.job_timeout_s)
         if job is None:
             return self._stock_submit(task)
         return self._route(job, lambda: self._stock_submit(task))
@@ -206,7 +132,7 @@ class Router:
     def _resolve(self, job: Job, local: Callable[[], Any], out: Future[Any]) -> None:
         """On an I/O thread: the cache, else the farm (once it is up), else the stock pools."""
         try:
-            key = cache_key(job) if self.cache is not None else ""
+            key = job.key if self.cache is not None else ""
             if key and self._reuse(key, job, out):
                 return
             if self._compiles_here(None):  # no Ray needed: not even waited for
@@ -244,9 +170,9 @@ class Router:
         self.stats.add(jobs_local=1)
         try:
             if isinstance(job, TritonJob):
-                started: Any = self._stock_process_pool().submit(run_job, job)
+                started: Any = self._stock_process_pool().submit(run_job, job, compat.TOOLCHAIN)
             else:
-                started = self._stock_submit(functools.partial(run_job, job))
+                started = self._stock_submit(functools.partial(run_job, job, compat.TOOLCHAIN))
         except RuntimeError as e:  # the pool is shut down (interpreter exit): Inductor's own path
             _chain(self._fallback(local, f"Inductor's compile pool refused the job ({e})"), out)
             return
@@ -278,9 +204,9 @@ class Router:
         if entry is None:
             return False
         try:
-            value = self._unpack(_to_local_paths(entry.blobs, job), entry.blobs.get("payload"), job,
+            value = self._unpack(local_paths(entry.blobs, job), entry.blobs.get(keys.PAYLOAD), job,
                                  float(entry.meta.get("seconds", 0.0)))
-        except Exception as e:  # a signed entry that still does not load (a torch change): compile
+        except Exception as e:  # noqa: BLE001 - a signed entry that still does not load (a torch change): compile
             log.warning("raycompile: cache entry for %s did not load (%s: %s); compiling", job.label,
                         type(e).__name__, e)
             return False
@@ -308,9 +234,9 @@ class Router:
                     _chain(self._fallback(local, f"a job failed in Ray ({result.message})"), out)
                     return
                 raise CompileError(job.label, result.node_id, result.message)
-            value = self._unpack(_to_local_paths(result.files, job), result.payload, job, result.seconds)
+            value = self._unpack(local_paths(result.files, job), result.payload, job, result.seconds)
             if key:
-                self.cache.put(_to_entry(key, result))
+                self.cache.put(to_entry(result))
             out.set_result(value)
         except BaseException as e:  # noqa: BLE001 - raised where Inductor waits
             out.set_exception(e)
@@ -324,7 +250,7 @@ class Router:
         publish(files)  # .so/.o at the paths Inductor loads; Triton's cache group
         if isinstance(job, TritonJob):
             kernel = pickle.loads(payload or b"")
-            compat.set_autotuner_device(kernel, device_index(job.source))  # an entry made by another rank
+            compat.set_autotuner_device(kernel, compat.device_index(job.source))  # an entry made by another rank
             return kernel, int(seconds * 1e6)
         return None
 
@@ -344,34 +270,20 @@ class Hooks:
 
     def __init__(self, router: Router) -> None:
         self.router = router
-        self._saved: dict[str, Any] = {}
-        self._module_caches: Any = None
         self._installed = contextlib.ExitStack()
 
     def install(self) -> None:
         compat.check()
-        ac = compat.async_compile_class()
-        config = compat.inductor_config()
-        self._saved = {
-            "process_pool": ac.__dict__["process_pool"],
-            "submit": ac.__dict__["submit"],
-            "compile_threads": config.compile_threads,
-        }
         router = self.router
-        # lru_cache, like the stock one: Inductor's atexit hook calls process_pool.cache_clear()
-        ac.process_pool = staticmethod(functools.lru_cache(1)(lambda: router))
-        ac.submit = classmethod(lambda cls, task: router.submit_task(task))
-        ac._ready_future = None
-        # Inductor compiles synchronously in-process when it has one compile thread; the farm
-        # is the pool, so ask for the asynchronous path whatever this machine's core count.
-        threads = config.compile_threads or compat.decide_compile_threads()
-        config.compile_threads = max(2, threads)
-        if self.router.cache is not None:
+        # Triton compiles and C++ builds go to the Router; the kernels Inductor compiles during
+        # codegen (compat.EAGER_COMPILE_SITES) use stock ``AsyncCompile()`` objects, so the pool
+        # seam is the one path every compile takes, the output module's included
+        self._installed.enter_context(compat.pools_routed(router, router.submit_task))
+        if router.cache is not None:
             from .module_cache import make_backend
 
-            cache = self.router.cache
-            self._module_caches = compat.remote_module_caches(lambda kind: make_backend(cache, kind))
-            self._module_caches.__enter__()
+            cache = router.cache
+            self._installed.enter_context(compat.remote_module_caches(lambda kind: make_backend(cache, kind)))
         self._install_output_module()
         # the farm's workers compile with Inductor's ptxas; so does this process (its Triton
         # cache lookups then find the cubins they published)
@@ -380,10 +292,7 @@ class Hooks:
 
     def _install_output_module(self) -> None:
         """The farm's wrapper codegen (wrapper/codegen.py) for cuda and cpu, and a cache-key tag so
-        its modules and stock ones never share an FX-graph entry. The two patches above stay: the
-        kernels Inductor compiles during codegen (compat.EAGER_COMPILE_SITES) use stock
-        ``AsyncCompile()`` objects, and C++ builds reach ``submit`` from Inductor's code cache;
-        the pool seam is the one path every compile takes, the output module's included."""
+        its modules and stock ones never share an FX-graph entry."""
         from .codegen import CACHE_KEY_TAG, DEVICES, FarmWrapperCodegen
 
         self._installed.enter_context(compat.cache_key_tag(CACHE_KEY_TAG))
@@ -395,22 +304,3 @@ class Hooks:
     def uninstall(self) -> None:
         self._installed.close()
         self.router.close()
-        if not self._saved:
-            return
-        ac = compat.async_compile_class()
-        ac.process_pool = self._saved["process_pool"]
-        ac.submit = self._saved["submit"]
-        ac._ready_future = None
-        compat.inductor_config().compile_threads = self._saved["compile_threads"]
-        self._saved = {}
-        if self._module_caches is not None:
-            self._module_caches.__exit__(None, None, None)
-            self._module_caches = None
-
-
-def stock_pools() -> tuple[Callable[[], Any], Callable[[Callable[[], Any]], Any]]:
-    """The stock process pool factory and thread-pool submit, captured before install."""
-    ac = compat.async_compile_class()
-    process_pool = ac.__dict__["process_pool"].__func__
-    submit = ac.__dict__["submit"].__func__
-    return process_pool, lambda task: submit(ac, task)

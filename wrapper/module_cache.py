@@ -4,10 +4,10 @@ our tiers as their remote backend, so a new process on another node loads the co
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from ..cache import Cache, Entry
+from ..cache.keys import module_key
 from . import compat
 
 
@@ -17,14 +17,11 @@ def make_backend(cache: Cache, kind: str) -> Any:
 
     class FarmModuleCacheBackend(compat.remote_cache_backend_base()):  # type: ignore[misc]
         def _get(self, key: str) -> bytes | None:
-            entry = cache.get(_key(kind, key))
+            entry = cache.get(module_key(kind, key))
             return entry.blobs.get("value") if entry is not None else None
 
         def _put(self, key: str, data: bytes) -> None:
-            cache.put(Entry(_key(kind, key), {"value": data}, {"label": f"{kind} module"}))
+            cache.put(Entry(module_key(kind, key), {"value": data}, {"label": f"{kind} module"}))
 
     return FarmModuleCacheBackend()
 
-
-def _key(kind: str, inductor_key: str) -> str:
-    return hashlib.sha256(f"raycompile-module:{kind}:{inductor_key}".encode()).hexdigest()

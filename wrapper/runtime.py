@@ -54,7 +54,7 @@ class Winners:
         for lookup in lookups:
             try:
                 winner = lookup(key)
-            except Exception as e:  # a broken store must not break loading a module
+            except Exception as e:  # noqa: BLE001 - a broken store must not break loading a module
                 log.warning("raycompile: winner lookup %r failed for %s: %s", lookup, key[:12], e)
                 continue
             if winner:
@@ -62,13 +62,60 @@ class Winners:
         return None
 
 
-winners = Winners()
+class Binding:
+    """What a module loaded while a session is enabled reaches of it: the session's winners
+    registry and its ``progress`` setting. The session makes one and ``bind``s it; a module loaded
+    with no session bound stitches only the winners it carries, and shows progress by the
+    terminal alone."""
+
+    def __init__(self, winners: Winners | None = None, progress: bool | None = None,
+                 show_progress: Callable[[], bool] = lambda: False,
+                 prefetch: Callable[[list[str]], object] | None = None) -> None:
+        self.winners = winners if winners is not None else Winners()
+        self.progress = progress  # the setting: True forces a bar even off a terminal
+        self.show_progress = show_progress  # whether a bar is wanted now
+        self.prefetch = prefetch  # looks up a module's kernels in the shared tier, batched
+
+
+# The one reference from generated modules (loaded by import, with no handle passed) to the
+# enabled session: set and cleared only by ``bind``.
+_bound: Binding | None = None
+_bind_lock = threading.Lock()
+
+
+def bind(binding: Binding) -> Callable[[], None]:
+    """Make ``binding`` the one modules loaded from now on use; returns the function that unbinds it."""
+    global _bound
+    with _bind_lock:
+        _bound = binding
+
+    def unbind() -> None:
+        global _bound
+        with _bind_lock:
+            if _bound is binding:
+                _bound = None
+
+    return unbind
+
+
+def bound() -> Binding | None:
+    return _bound
 
 
 def winner_for(key: str) -> Winner | None:
-    """The autotune winner known for the kernel with cache key ``key`` (a config dict, as in
-    Inductor's ``.best_config`` files), or None. Filled by ``winners.add``."""
-    return winners.winner_for(key)
+    """The autotune winner the bound session knows for the kernel with cache key ``key`` (a config
+    dict, as in Inductor's ``.best_config`` files), or None."""
+    binding = _bound
+    return binding.winners.winner_for(key) if binding is not None else None
+
+
+# The key the output module names the kernel being submitted by (``FarmCompile.triton``, on
+# Inductor's thread): the Router checks the key it computes for the job against it.
+_expected = threading.local()
+
+
+def expected_key() -> str | None:
+    return getattr(_expected, "key", None)
 
 
 class FarmCompile(compat.async_compile_class()):  # type: ignore[misc]
@@ -78,10 +125,21 @@ class FarmCompile(compat.async_compile_class()):  # type: ignore[misc]
         super().__init__()
         self.keys: dict[str, str] = {}  # kernel name -> cache key
 
+    def prefetch(self, keys: list[str]) -> None:
+        """The module's kernel keys, before any is defined: the bound session looks up those it
+        lacks locally in the shared tier in one batched round trip, in the background."""
+        binding = _bound
+        if binding is not None and binding.prefetch is not None and keys:
+            binding.prefetch(list(keys))
+
     def triton(self, kernel_name: str, source_code: str, device_str: str = "cuda", key: str | None = None) -> Any:
         if key:
             self.keys[kernel_name] = key
-        return super().triton(kernel_name, source_code, device_str)
+        _expected.key = key
+        try:
+            return super().triton(kernel_name, source_code, device_str)
+        finally:
+            _expected.key = None
 
     def cpp_pybinding(self, argtypes: list[str], source_code: str, key: str | None = None) -> Any:
         return super().cpp_pybinding(argtypes, source_code)
@@ -128,30 +186,14 @@ def stitch(name: str, kernel: Any, key: str | None, carried: Winner | None) -> W
     return None
 
 
-def _progress_setting() -> bool | None:
-    """The ``progress`` setting of the enabled farm, else of RAYCOMPILE_PROGRESS (None: auto)."""
-    import raycompile
-
-    session = getattr(raycompile, "_session", None)
-    if session is not None:
-        return session.settings.progress
-    try:
-        return raycompile.Settings.resolve().progress
-    except raycompile.SettingsError:
-        return None
-
-
 @contextlib.contextmanager
 def _progress(futures: Mapping[str, Any]) -> Iterator[Callable[[], None]]:
-    """A bar while the module waits on many unfinished kernels, only where progress is wanted
-    (a terminal outside Ray jobs, or RAYCOMPILE_PROGRESS=1); otherwise nothing."""
+    """A bar while the module waits on many unfinished kernels, only where the bound session wants
+    progress (a terminal outside Ray jobs, or RAYCOMPILE_PROGRESS=1); otherwise nothing."""
     pending = [v for v in futures.values() if compat.is_future(v) and not compat.future_done(v)]
-    show = force = False
-    if len(futures) >= MANY and pending:
-        from ..orchestrator.progress import wanted
-
-        setting = _progress_setting()
-        show, force = wanted(setting), setting is True
+    binding = _bound
+    show = binding is not None and binding.show_progress() and len(futures) >= MANY and bool(pending)
+    force = binding is not None and binding.progress is True
     if not show:
         yield lambda: None
         return

@@ -68,9 +68,9 @@ def test_max_autotune_choices_benchmarked_on_gpu_actors(local_ray: None, tmp_pat
 
 
 def test_kernel_configs_tuned_on_gpu_actors_and_winner_reused(local_ray: None, tmp_path: pathlib.Path) -> None:
-    """Pointwise and reduction kernels with several configs (max_autotune_pointwise) are timed on
-    the actors at their first run; a second compile (new Inductor caches, same raycompile cache)
-    gets every winner from the cache and benchmarks nothing."""
+    """``autotune_configs="actors"``: pointwise and reduction kernels with several configs
+    (max_autotune_pointwise) are timed on the actors at their first run; a second compile (new
+    Inductor caches, same raycompile cache) gets every winner from the cache and benchmarks nothing."""
     x = torch.randn(4096, 8192, device="cuda", dtype=torch.float16)
     w = torch.randn(8192, device="cuda", dtype=torch.float16)
 
@@ -82,7 +82,7 @@ def test_kernel_configs_tuned_on_gpu_actors_and_winner_reused(local_ray: None, t
     stock, _ = compile_fresh(norm_softmax, (x, w), options=options)
     stats = []
     for _ in range(2):
-        raycompile.enable(cache_dir=str(tmp_path))
+        raycompile.enable(cache_dir=str(tmp_path), autotune_configs="actors")
         try:
             farm, out = compile_fresh(norm_softmax, (x, w), options=options)
             stats.append(raycompile.stats())
@@ -157,7 +157,7 @@ def test_user_autotuned_kernel_inside_a_compiled_model(local_ray: None, tmp_path
         return out + 1
 
     x = torch.randn(1 << 24, device="cuda")
-    raycompile.enable(cache_dir=str(tmp_path))
+    raycompile.enable(cache_dir=str(tmp_path), autotune_configs="actors")
     try:
         _, out = compile_fresh(fn, (x,))
         s = raycompile.stats()

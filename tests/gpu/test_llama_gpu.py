@@ -69,7 +69,7 @@ def test_max_autotune_template_precompiles_go_to_the_farm(local_ray: None) -> No
         torch._dynamo.reset()
         with compat.fresh_cache():
             out = torch.compile(mm_epilogue, mode="max-autotune-no-cudagraphs")(a, b)
-        labels = [r.label for r in raycompile._session.stats.job_records()]
+        labels = [r.label for r in raycompile.session.current().stats.job_records()]
         s = raycompile.stats()
     finally:
         raycompile.disable()

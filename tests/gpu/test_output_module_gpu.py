@@ -35,7 +35,7 @@ REGEN = os.environ.get("RAYCOMPILE_REGEN_GOLDEN") == "1"
 def farm(local_ray: None) -> Iterator[Any]:
     raycompile.enable()
     try:
-        yield raycompile._session
+        yield raycompile.session.current()
     finally:
         raycompile.disable()
 
@@ -92,7 +92,7 @@ def test_llama_step_every_kernel_goes_through_the_farms_runtime(local_ray: None)
     raycompile.enable()
     try:
         loss = llama_step(codes)
-        cache = raycompile._session.hooks.router.cache
+        cache = raycompile.session.current().hooks.router.cache
         triton_keys = {}
         for code in codes:  # forward and backward modules
             manifest = check_shape(code)
@@ -132,7 +132,7 @@ def test_a_warm_module_launches_known_winners_without_benchmarking(farm: Any) ->
                  for n, k in kernels_of(module).items() if k.autotune_time_taken_ns > 0}
     assert tuned, "no kernel had several configs to benchmark: pick a bigger shape"
     jobs = raycompile.stats()["jobs"]
-    remove = runtime.winners.add(tuned.get)  # a store that knows the winners (issue 7 files them)
+    remove = runtime.bound().winners.add(tuned.get)  # a store that knows the winners (issue 7 files them)
     try:
         torch._dynamo.reset()
         with compat.fresh_cache():  # a new process's view: only the farm's cache is warm

@@ -17,12 +17,14 @@ import torch
 from farmrun import compile_fresh, compile_on_farm
 from raystart import RayHead, ray_cluster, ray_head
 
-from raycompile.kernels import Built, TritonJob, Versions
+from raycompile.kernels import Built
 from raycompile.kernels.sources import find_kernels
 from raycompile.models import examples
 from raycompile.orchestrator import Farm
 from raycompile.orchestrator.farm import COMPILE_RESOURCE
 from raycompile.settings import Settings
+from raycompile.wrapper import compat
+from raycompile.wrapper.jobs import triton_job
 
 HERE = pathlib.Path(__file__).parent
 SECRET = "one-secret-for-the-whole-test-cluster"
@@ -225,9 +227,9 @@ def test_compile_jobs_go_only_to_nodes_that_lend_compile_slots(corpus: pathlib.P
     with ray_cluster({"num_cpus": 1, "resources": {COMPILE_RESOURCE: 1}}) as cluster:
         (lender,) = cluster.worker_nodes
         sources = [k for k in find_kernels([str(corpus)]) if "triton_heuristics.template" not in k.source][:3]
-        with Farm(Settings.resolve(address="auto")) as farm:
+        with Farm(Settings.resolve(address="auto"), toolchain=compat.TOOLCHAIN) as farm:
             assert farm.workers() == 1 and len(farm.nodes) == 2
             results = [f.result(timeout=300) for f in
-                       [farm.submit(TritonJob(k.name, k.source, Versions.here())) for k in sources]]
+                       [farm.submit(triton_job(k.name, k.source)) for k in sources]]
         assert all(isinstance(r, Built) for r in results)
         assert {r.node_id for r in results} == {lender.node_id}

@@ -11,12 +11,12 @@ from farmrun import compile_fresh
 
 import raycompile
 from raycompile.models import examples
-from raycompile.wrapper import hooks
+from raycompile.wrapper import hooks  # the Router calls hooks.cpp_job_for
 
 
 def test_cpp_jobs_carry_their_kernel_source(monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[Any] = []
-    real = hooks.cpp_job
+    real = hooks.cpp_job_for
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         job = real(*args, **kwargs)
@@ -24,7 +24,7 @@ def test_cpp_jobs_carry_their_kernel_source(monkeypatch: pytest.MonkeyPatch) -> 
             made.append(job)
         return job
 
-    monkeypatch.setattr(hooks, "cpp_job", recording)
+    monkeypatch.setattr(hooks, "cpp_job_for", recording)
     model, args = examples()["reduction_tail"]
     raycompile.enable(compile_jobs="local")  # the job itself is what is checked, not where it runs
     try:

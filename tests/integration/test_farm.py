@@ -14,18 +14,19 @@ from farmrun import compile_on_farm
 
 import raycompile
 from raycompile.errors import CompileError
-from raycompile.kernels import Built, CppJob, CppStep, Failed, TritonJob, Versions
+from raycompile.kernels import Built, CppJob, CppStep, Failed, Versions
 from raycompile.kernels.sources import read_kernel
 from raycompile.models import examples
 from raycompile.orchestrator import Farm
 from raycompile.settings import Settings
 from raycompile.wrapper import compat
+from raycompile.wrapper.jobs import triton_job
 
 
 def test_identical_jobs_in_flight_compile_once(local_ray: None, corpus_files: list[pathlib.Path]) -> None:
     src = read_kernel(str(corpus_files[3]))
-    job = TritonJob(src.name, src.source, Versions.here())
-    with Farm(Settings.resolve()) as farm:
+    job = triton_job(src.name, src.source)
+    with Farm(Settings.resolve(), toolchain=compat.TOOLCHAIN) as farm:
         futures = [farm.submit(job) for _ in range(4)]
         results = [f.result(timeout=120) for f in futures]
         assert all(isinstance(r, Built) for r in results)
@@ -54,8 +55,8 @@ def test_broken_kernel_raises_compile_error_at_wait_others_unaffected(
 def test_a_hung_job_times_out_is_retried_once_then_fails(local_ray: None, tmp_path: pathlib.Path) -> None:
     sleep = shutil.which("sleep")
     job = CppJob("hang.so", (CppStep([sleep, "60"], str(tmp_path / "hang.so"), str(tmp_path / "b")),),
-                 {}, Versions.here(), str(tmp_path / "l.lock"))
-    with Farm(Settings.resolve(job_timeout_s=2)) as farm:
+                 {}, Versions.here(), str(tmp_path / "l.lock"), key="hang")
+    with Farm(Settings.resolve(job_timeout_s=2), toolchain=compat.TOOLCHAIN) as farm:
         start = time.monotonic()
         result = farm.submit(job).result(timeout=60)
         assert isinstance(result, Failed) and result.kind == "timeout"
@@ -68,15 +69,16 @@ def test_a_worker_killed_mid_job_is_retried_then_reported_as_infrastructure(
     """The job SIGKILLs its own Ray worker each time it runs: the farm sends it again (``retries``),
     then reports an infrastructure failure, which the hooks turn into a local compile."""
     job = CppJob("suicide.so", (CppStep(["sh", "-c", "kill -9 $PPID"], str(tmp_path / "s.so"),
-                                        str(tmp_path / "b")),), {}, Versions.here(), str(tmp_path / "l.lock"))
-    with Farm(Settings.resolve(retries=1, job_timeout_s=120)) as farm:
+                                        str(tmp_path / "b")),), {}, Versions.here(), str(tmp_path / "l.lock"),
+                 key="suicide")
+    with Farm(Settings.resolve(retries=1, job_timeout_s=120), toolchain=compat.TOOLCHAIN) as farm:
         result = farm.submit(job).result(timeout=150)
         assert isinstance(result, Failed) and result.kind == "infrastructure", result
         assert farm.stats.retried == 1  # sent again once (retries=1), killed again
         assert farm.stats.failures == 0  # not the kernel's fault: it will be compiled locally
         ok = farm.submit(CppJob("ok.so", (CppStep(["sh", "-c", f"echo > {tmp_path / 'ok.so'}"],
                                                   str(tmp_path / "ok.so"), str(tmp_path / "b2")),),
-                                {}, Versions.here(), str(tmp_path / "l2.lock"))).result(timeout=120)
+                                {}, Versions.here(), str(tmp_path / "l2.lock"), key="ok")).result(timeout=120)
         assert isinstance(ok, Built)  # the farm goes on
 
 

@@ -223,7 +223,8 @@ def test_max_autotune_choices_go_to_the_gpu_actors(cluster: Any, tmp_path: pathl
     from torch._inductor import autotune_process, config
 
     from raycompile.autotune import AutotuneSession
-    from raycompile.wrapper.autotune import template_payload, triton_source_key
+    from raycompile.wrapper.autotune import template_payload
+    from raycompile.wrapper.jobs import triton_key as triton_source_key
 
     stock_pool, stock_subproc = autotune_process.get_tuning_process_pool, config.autotune_in_subproc
     stats = Stats()
@@ -250,7 +251,7 @@ def load_kernel(name_part: str) -> tuple[Any, str]:
     """A real Inductor kernel from the corpus, loaded as Inductor loads it (not compiled: no GPU)."""
     from torch._inductor.codecache import _load_triton_kernel_from_source
 
-    from raycompile.kernels.triton_compile import compile_only_driver
+    from raycompile.wrapper.compat import compile_only_driver
 
     path = next(p for p in sorted(CORPUS.glob("*.py")) if name_part in p.read_text())
     source = path.read_text()
@@ -273,7 +274,7 @@ def test_config_winner_is_cached_and_stitched(cluster: Any, tmp_path: pathlib.Pa
     from raycompile.autotune import AutotuneSession
     from raycompile.cache.winners import WinnerStore
     from raycompile.wrapper import compat, runtime
-    from raycompile.wrapper.autotune import triton_source_key
+    from raycompile.wrapper.jobs import triton_key as triton_source_key
 
     kernel, name = load_kernel("def triton_poi_fused__to_copy__unsafe_view_add_bmm_cat_cos_mul")  # 6 configs
     kernel.launchers = [Launcher(c) for c in kernel.configs]
@@ -283,8 +284,10 @@ def test_config_winner_is_cached_and_stitched(cluster: Any, tmp_path: pathlib.Pa
     args = [torch.randn(64, 512), torch.randn(64, 512), torch.empty(64), 64, 512]
     stats = Stats()
     cache = Cache.from_settings(str(tmp_path / "cache"), "none", 2**30, stats)
+    registry = runtime.Winners()  # what the session binds for the output modules it loads
+    unbind = runtime.bind(runtime.Binding(registry))
     session = AutotuneSession(stats, cache, Settings.resolve(autotune_configs="actors"), group=A,
-                              measure=FakeGPUTiming())
+                              measure=FakeGPUTiming(), registry=registry)
     try:
         timings = CachingAutotuner.benchmark_all_configs(kernel, *args)
         assert [timings[launcher] for launcher in kernel.launchers] == [fake_ms(c) for c in configs]
@@ -297,6 +300,7 @@ def test_config_winner_is_cached_and_stitched(cluster: Any, tmp_path: pathlib.Pa
     finally:
         session.close()
     assert runtime.winner_for(key) is None  # the store is unregistered with the session
+    unbind()
     # another process reads it from the cache tiers
     assert WinnerStore(Cache.from_settings(str(tmp_path / "cache"), "none", 2**30, Stats())).get(key) == best
 
@@ -343,7 +347,7 @@ def test_raycompile_autotune_a_user_kernel(cluster: Any) -> None:
     raycompile.enable(address="auto", autotune=False, shared_cache="none")
     try:
         raycompile.ready()  # the session's own hooks installed (autotune=False: none), then the double's
-        session = raycompile._session
+        session = raycompile.session.current()
         session.autotune = AutotuneSession(session.stats, None, session.settings, group=A, measure=FakeGPUTiming())
         configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in (32, 64, 256) for w in (2, 4)]
         configs.append(triton.Config({"BLOCK": 64, "POISON": 1}, num_warps=4))
@@ -374,15 +378,15 @@ def test_gpu_actors_start_in_the_background_at_the_first_triton_compile(cluster:
     from raycompile.autotune import AutotuneSession
     from raycompile.orchestrator import Farm
     from raycompile.wrapper import compat
-    from raycompile.wrapper.hooks import Router, stock_pools
+    from raycompile.wrapper.hooks import Router
 
     stats = Stats()
     cache = Cache.from_settings(str(tmp_path / "cache"), "none", 2**30, stats)
     session = AutotuneSession(stats, cache, Settings.resolve(), group=A, measure=FakeGPUTiming())
     try:
         assert not session.pool.started
-        with Farm(Settings.resolve()) as farm:
-            router = Router(farm, stats, *stock_pools(), cache)
+        with Farm(Settings.resolve(), toolchain=compat.TOOLCHAIN) as farm:
+            router = Router(farm, stats, *compat.stock_pools(), cache)
             router.on_triton_job = session.prestart
             path = next(p for p in sorted(CORPUS.glob("*.py")) if "@triton.jit" in p.read_text())
             source = path.read_text()

@@ -1,63 +1,122 @@
-"""Real torch.compile of three real models through the farm on a real local Ray: outputs are
-bitwise equal to stock Inductor's, and the kernels were built in Ray workers."""
+"""Real torch.compile of three real models through the farm on a real local Ray (one 2-CPU node,
+tests/integration/conftest.py; RAYCOMPILE_COMPILE_JOBS=cluster, tests/conftest.py), checked for
+what a user relies on:
+
+- the output is bitwise that of stock Inductor with the same settings, weights, inputs and seed;
+- each C++ kernel of the output module was built by exactly one Ray job, in a Ray worker (none in
+  this process, none locally, none failed, retried or fallen back to stock);
+- a second compile in a fresh Dynamo state with an empty Inductor cache (what a new process sees)
+  is served from raycompile's cache: hits, no job, and a bitwise equal output.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pathlib
+import re
+from typing import Any
 
 import pytest
 import torch
-from farmrun import compile_fresh
 
 import raycompile
 from raycompile.models import examples
 from raycompile.wrapper import compat
 
-pytestmark = pytest.mark.slow  # three models compiled twice each (stock and farm), bitwise compared
+pytestmark = pytest.mark.slow  # each model compiled three times (stock, farm cold, farm warm), on 2 CPUs
+
+MODELS = ["transformer_block", "convnet_bn", "reduction_tail"]
+_DEFINITION = re.compile(r"^(\w+) = async_compile\.(\w+)\(", re.MULTILINE)
 
 
-@pytest.mark.parametrize("name", ["transformer_block", "convnet_bn", "reduction_tail"])
-def test_farm_output_is_bitwise_stock(name: str, local_ray: None) -> None:
-    model, args = examples()[name]
-    stock = compile_fresh(model, args)
-    raycompile.enable()
-    try:
-        farm = compile_fresh(model, args)
-        s = raycompile.stats()
-    finally:
-        raycompile.disable()
-    assert torch.equal(farm, stock)
-    assert s["jobs"] > 0 and s["failures"] == 0 and s["fallbacks"] == 0
-    assert os.getpid() not in s["workers"] and sum(s["workers"].values()) == s["jobs"]
+def cold_compile(name: str, sizes: tuple[int, ...] = (), **kw: Any) -> tuple[list[torch.Tensor], list[dict[str, str]]]:
+    """Model ``name`` (fresh from ``examples()``: seeded weights and inputs) compiled in a fresh
+    Dynamo state with an empty Inductor cache, on disk and in memory, so nothing comes from an
+    earlier compile of this process. Returns its outputs (one per size in ``sizes``, the input's
+    leading dimension cut to it; else one) and, for each output module the farm wrote, its kernels
+    (name -> how the module defines it: ``cpp_pybinding``, ``triton``...). Stock modules: none."""
+    model, (x,) = examples()[name]
+    torch.compiler.reset()
+    with compat.fresh_cache():
+        torch.manual_seed(0)
+        compiled = torch.compile(model, **kw)
+        outs = [compiled(x[:n]) for n in sizes] if sizes else [compiled(x)]
+        modules = [dict(_DEFINITION.findall(pathlib.Path(m.__file__).read_text()))
+                   for m in compat.loaded_output_modules()]
+    return outs, modules
+
+
+def equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def cpp_kernels(modules: list[dict[str, str]]) -> int:
+    """How many kernels the output modules define, each a C++ one (a CPU model's)."""
+    assert modules and all(set(kernels.values()) == {"cpp_pybinding"} for kernels in modules), modules
+    return sum(len(kernels) for kernels in modules)
+
+
+def check_built_once_each_on_ray(s: dict[str, Any], cpp_kernels: int) -> None:
+    """Every C++ kernel of the output modules was one Ray job, run in a Ray worker, and nothing
+    else ran: no local build, no failure, retry or fallback to stock Inductor."""
+    assert s["jobs"] == cpp_kernels and s["jobs_local"] == 0 and s["deduped"] == 0, (cpp_kernels, s)
+    assert s["failures"] == s["fallbacks"] == s["retried"] == 0, s
+    assert s["local_hits"] == s["shared_hits"] == 0 and s["misses"] >= cpp_kernels, s  # a cold cache
+    assert os.getpid() not in s["workers"] and sum(s["workers"].values()) == s["jobs"], s
     assert s["compile_seconds"] > 0
 
 
-def test_dynamic_shapes(farm_on: None) -> None:
-    model, (x,) = examples()["reduction_tail"]
-    torch._dynamo.reset()
-    with compat.fresh_cache():
-        f = torch.compile(model, dynamic=True)
-        outs = [f(x[:n]) for n in (3, 5, 8)]
-    for n, out in zip((3, 5, 8), outs):
-        torch.testing.assert_close(out, model(x[:n]), rtol=1e-5, atol=1e-5)
-    assert raycompile.stats()["jobs"] > 0
+@pytest.mark.parametrize("name", MODELS)
+def test_bitwise_stock_one_job_per_kernel_then_served_from_cache(name: str, local_ray: None) -> None:
+    stock, stock_modules = cold_compile(name)
+    assert stock_modules == []  # stock Inductor wrote it: the farm was not in the way
+
+    with raycompile.enabled():
+        farm, modules = cold_compile(name)
+        s = raycompile.stats()
+    assert equal(farm, stock)
+    kernels = cpp_kernels(modules)
+    check_built_once_each_on_ray(s, kernels)
+
+    with raycompile.enabled():  # a new session: its counters start at zero
+        warm, warm_modules = cold_compile(name)
+        w = raycompile.stats()
+    assert equal(warm, stock)
+    assert warm_modules == modules
+    assert w["jobs"] == w["jobs_local"] == w["deduped"] == w["fallbacks"] == w["failures"] == 0, w
+    # a hit for each kernel and for each compiled module (its FX-graph entry), and no lookup missed
+    assert w["local_hits"] >= kernels + len(modules) and w["misses"] == 0 and w["refused"] == w["corrupt"] == 0, w
+
+
+def test_dynamic_shapes(local_ray: None) -> None:
+    """One compile serves every size, bitwise stock's at each; each kernel, the backward's too, is
+    one Ray job."""
+    sizes = (3, 5, 8)
+    stock, _ = cold_compile("reduction_tail", sizes, dynamic=True)
+    with raycompile.enabled():
+        farm, modules = cold_compile("reduction_tail", sizes, dynamic=True)
+        s = raycompile.stats()
+    assert equal(farm, stock)
+    assert len(modules) == 2  # forward and backward (sizes saved for it: compiled at once), for every size
+    check_built_once_each_on_ray(s, cpp_kernels(modules))
 
 
 def test_on_off_on_leaves_no_stale_hooks(local_ray: None) -> None:
     ac = compat.async_compile_class()
     stock_pool, stock_submit = ac.__dict__["process_pool"], ac.__dict__["submit"]
     threads = compat.inductor_config().compile_threads
-    model, args = examples()["reduction_tail"]
     outs = []
     for i, on in enumerate((True, False, True)):
-        if on:
-            raycompile.enable()
-        outs.append(compile_fresh(model, args))
-        s = raycompile.stats()
-        if on:
-            # the first time the farm compiles; the second time its local cache serves every kernel
-            assert (s["jobs"] > 0 and s["local_hits"] == 0) if i == 0 else (s["jobs"] == 0 and s["local_hits"] > 0)
-            raycompile.disable()
+        with raycompile.enabled() if on else contextlib.nullcontext():
+            out, modules = cold_compile("reduction_tail")
+            s = raycompile.stats()
+        outs.append(out)
+        assert len(modules) == int(on)  # farm-made modules only while it is on
+        if i == 0:  # the farm compiles every kernel
+            check_built_once_each_on_ray(s, cpp_kernels(modules))
+        if i == 2:  # its cache serves every kernel
+            assert s["jobs"] == s["jobs_local"] == s["misses"] == 0 and s["local_hits"] > cpp_kernels(modules), s
         assert ac.__dict__["process_pool"] is stock_pool and ac.__dict__["submit"] is stock_submit
         assert compat.inductor_config().compile_threads == threads
-    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[1], outs[2])
+    assert equal(outs[0], outs[1]) and equal(outs[1], outs[2])

@@ -11,11 +11,13 @@ import torch
 from farmrun import compile_fresh, compile_on_farm
 from raystart import ray_cluster
 
-from raycompile.kernels import Built, TritonJob, Versions
+from raycompile.kernels import Built
 from raycompile.kernels.sources import find_kernels
 from raycompile.models import examples
 from raycompile.orchestrator import Farm
 from raycompile.settings import Settings
+from raycompile.wrapper import compat
+from raycompile.wrapper.jobs import triton_job
 
 pytestmark = pytest.mark.slow  # a two-node cluster; a model and corpus kernels compiled across it
 
@@ -38,9 +40,9 @@ def test_model_compile_jobs_spread_over_both_nodes(two_nodes: object) -> None:
 
 def test_cross_compile_on_both_nodes(two_nodes: object, corpus: pathlib.Path) -> None:
     sources = [k for k in find_kernels([str(corpus)]) if "triton_heuristics.template" not in k.source][:8]
-    with Farm(Settings.resolve(address="auto")) as farm:
+    with Farm(Settings.resolve(address="auto"), toolchain=compat.TOOLCHAIN) as farm:
         assert len(farm.nodes) == 2
         results = [f.result(timeout=300) for f in
-                   [farm.submit(TritonJob(k.name, k.source, Versions.here())) for k in sources]]
+                   [farm.submit(triton_job(k.name, k.source)) for k in sources]]
         assert all(isinstance(r, Built) for r in results)
         assert len({r.node_id for r in results}) == 2

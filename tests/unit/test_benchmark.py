@@ -23,16 +23,15 @@ from raycompile.kernels.benchmark import (
     Payload,
     TensorArg,
     Timing,
-    bundle_user_kernel,
     describe_args,
     fastest,
     has_indirect_indexing,
     is_sticky,
     load_user_kernel,
     make_args,
-    retarget_device,
 )
 from raycompile.orchestrator import Stats
+from raycompile.wrapper.compat import TOOLCHAIN, bundle_user_kernel, retarget_device
 
 CORPUS = pathlib.Path(__file__).parents[1] / "fixtures" / "corpus_torch211" / "kernels"
 
@@ -42,7 +41,7 @@ def test_arguments_by_value_round_trip_with_strides_and_offset() -> None:
     view = base[1:, 2:7].t()  # non-contiguous, offset 12
     described = describe_args([view, 7, 2.5, None, torch.tensor([3, 1, 2])], by_value=True)
     assert isinstance(described[0], TensorArg) and described[0].offset == view.storage_offset()
-    rebuilt = make_args(described, "cpu")
+    rebuilt = make_args(described, "cpu", TOOLCHAIN)
     assert torch.equal(rebuilt[0], view) and rebuilt[0].stride() == view.stride()
     assert rebuilt[1:4] == [7, 2.5, None] and torch.equal(rebuilt[4], torch.tensor([3, 1, 2]))
 
@@ -52,7 +51,7 @@ def test_arguments_by_layout_are_made_as_inductor_makes_examples() -> None:
     idx = torch.tensor([5, 9])
     described = describe_args([x, idx])
     assert described[0].data is None
-    made, made_idx = make_args(described, "cpu")
+    made, made_idx = make_args(described, "cpu", TOOLCHAIN)
     assert made.shape == x.shape and made.stride() == x.stride() and made.dtype == torch.float16
     assert torch.equal(made_idx, torch.zeros(2, dtype=idx.dtype))  # rand_strided: zeros for integers
 
@@ -90,8 +89,8 @@ def test_sticky_cuda_errors_are_recognised() -> None:
 
 
 def test_retarget_device_and_fastest() -> None:
-    src = "triton_meta={'device': DeviceProperties(type='cuda', index=3, multi_processor_count=132, cc=90"
-    assert "index=0, multi" in retarget_device(src, 0)
+    src = "meta={'device': DeviceProperties(type='cuda', index=3, multi_processor_count=132, cc=90, warp_size=32)}"
+    assert retarget_device(src, 0) == src.replace("index=3", "index=0")
     ts = [Timing(0, INF), Timing(1, 2.0), Timing(2, 1.5), Timing(3, 1.5)]
     assert fastest(ts) is ts[2] and fastest([Timing(0, INF)]) is None
 
@@ -153,7 +152,7 @@ def test_a_max_autotune_request_is_pointed_at_this_node(tmp_path: pathlib.Path) 
     its tensors are put on the local GPU."""
     from torch._inductor.autotune_process import TensorMeta, TritonGPUBenchmarkRequest
 
-    from raycompile.wrapper.autotune import point_request_here
+    from raycompile.wrapper.compat.autotune import point_request_here
 
     meta = TensorMeta(device=torch.device("cuda", 3), dtype=torch.float16, sizes=(8, 8), strides=(8, 1), offset=0)
     bmreq = TritonGPUBenchmarkRequest("triton_mm", [meta, meta], meta, [], "/elsewhere/triton_mm.py", "k",
@@ -240,7 +239,7 @@ def _corpus_kernel(name_part: str, source_edit: object = None) -> tuple[object, 
     """A real Inductor kernel from the corpus, loaded as Inductor loads a module (no GPU needed)."""
     from torch._inductor.codecache import PyCodeCache
 
-    from raycompile.kernels.triton_compile import compile_only_driver
+    from raycompile.wrapper.compat import compile_only_driver
 
     source = next(p for p in sorted(CORPUS.glob("*.py")) if name_part in p.read_text()).read_text()
     name = next(line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def "))
@@ -256,8 +255,8 @@ def test_a_fusion_benchmark_kernel_is_sent_under_the_name_its_module_binds() -> 
     replaces only KERNEL_NAME); the GPU actors look the kernel up by the name sent."""
     from torch._inductor.codecache import _load_triton_kernel_from_source
 
-    from raycompile.kernels.triton_compile import compile_only_driver
-    from raycompile.wrapper.autotune import autotuner_source, triton_source_key
+    from raycompile.wrapper.compat import autotuner_source, compile_only_driver
+    from raycompile.wrapper.jobs import triton_key as triton_source_key
 
     def as_benchmark_module(source: str, name: str) -> tuple[str, str]:
         return (source.replace(f"def {name}(", "def triton_(")
@@ -283,7 +282,8 @@ class _Launcher:  # stands in for a launcher: loading a cubin needs a GPU this m
 def test_kernel_configs_ranked_on_actors_and_the_fastest_confirmed_with_the_real_arguments() -> None:
     from raycompile.cache.winners import WinnerStore
     from raycompile.wrapper import compat
-    from raycompile.wrapper.autotune import ConfigTuner, triton_source_key
+    from raycompile.wrapper.autotune import ConfigTuner
+    from raycompile.wrapper.jobs import triton_key as triton_source_key
 
     kernel, name, _ = _corpus_kernel("def triton_poi_fused__to_copy__unsafe_view_add_bmm_cat_cos_mul")
     kernel.launchers = [_Launcher(c) for c in kernel.configs]
@@ -318,7 +318,8 @@ def test_by_default_configs_are_timed_here_as_stock_does_and_the_winner_is_filed
     later process that loads the kernel answers from it and times nothing."""
     from raycompile.cache.winners import WinnerStore
     from raycompile.wrapper import compat
-    from raycompile.wrapper.autotune import ConfigTuner, triton_source_key
+    from raycompile.wrapper.autotune import ConfigTuner
+    from raycompile.wrapper.jobs import triton_key as triton_source_key
 
     kernel, name, _ = _corpus_kernel("def triton_poi_fused__to_copy__unsafe_view_add_bmm_cat_cos_mul")
     kernel.launchers = [_Launcher(c) for c in kernel.configs]
@@ -351,7 +352,7 @@ def test_by_default_configs_are_timed_here_as_stock_does_and_the_winner_is_filed
 
 
 def _source_of(kernel: object) -> str:
-    from raycompile.wrapper.autotune import autotuner_source
+    from raycompile.wrapper.compat import autotuner_source
 
     found = autotuner_source(kernel)
     assert found is not None
@@ -365,7 +366,7 @@ def test_every_timing_in_the_driver_holds_the_actors_on_its_gpu() -> None:
 
     from torch._inductor.runtime.benchmarking import benchmarker
 
-    from raycompile.wrapper.autotune_seams import driver_timing_held
+    from raycompile.wrapper.compat.autotune import driver_timing_held
 
     events: list[str] = []
 
@@ -387,7 +388,7 @@ def test_every_timing_in_the_driver_holds_the_actors_on_its_gpu() -> None:
 def test_a_shared_precompile_runs_once_for_two_threads() -> None:
     import threading
 
-    from raycompile.wrapper.autotune_seams import SharedPrecompile
+    from raycompile.wrapper.compat.autotune import SharedPrecompile
 
     calls: list[int] = []
 

@@ -67,12 +67,16 @@ def test_the_driver_compiles_with_the_ptxas_of_the_farm_workers(monkeypatch: pyt
 
     from torch._inductor.runtime import compile_tasks
 
-    from raycompile.kernels import triton_compile
     from raycompile.wrapper import compat
+    from raycompile.wrapper.compat import triton as triton_compile
 
     monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
-    with compat.inductor_ptxas() as path:  # the real one, on a torch that ships none: nothing changes
-        assert path is None and "TRITON_PTXAS_PATH" not in os.environ
+    with compat.inductor_ptxas() as path:  # the real one: set only where this torch ships a ptxas
+        assert path == os.environ.get("TRITON_PTXAS_PATH")
+        assert path is None or os.path.basename(path) == "ptxas"
+    assert "TRITON_PTXAS_PATH" not in os.environ
+    if path is not None:  # a CUDA torch ships one: the stand-in below would not be used
+        return
     before = triton_compile.ptxas_version()
     monkeypatch.setattr(compile_tasks, "_set_triton_ptxas_path",
                         lambda: os.environ.setdefault("TRITON_PTXAS_PATH", "/opt/inductor/bin/ptxas"))
@@ -84,3 +88,31 @@ def test_the_driver_compiles_with_the_ptxas_of_the_farm_workers(monkeypatch: pyt
     with compat.inductor_ptxas() as path:
         assert path is None
     assert os.environ["TRITON_PTXAS_PATH"] == "/usr/local/cuda/bin/ptxas"
+
+
+def test_every_internal_the_adapter_imports_is_a_listed_seam() -> None:
+    """Each family lists what it reaches: a ``from torch._x import y`` (or a Triton internal) in
+    a family's module without an entry in that family's SEAMS fails here, naming it; and each
+    family says which torch versions it was checked on."""
+    import ast
+    import inspect
+
+    from raycompile.wrapper import compat
+
+    unlisted = []
+    for name, family in compat.FAMILIES.items():
+        assert {"2.11.0", "2.13.0"} <= set(family.CHECKED_ON), name
+        listed = set(family.SEAMS.values())
+        for node in ast.walk(ast.parse(inspect.getsource(family))):
+            if not isinstance(node, ast.ImportFrom) or not node.module:
+                continue
+            internal = node.module.startswith("torch._") or (
+                node.module.startswith("triton.") and node.module != "triton.language")
+            if not internal:
+                continue
+            for alias in node.names:
+                if not any((m == node.module and p.split(".")[0] == alias.name) or m == f"{node.module}.{alias.name}"
+                           for m, p in listed):
+                    unlisted.append(f"{name}: {node.module}.{alias.name}")
+    assert unlisted == []
+    assert set(compat.CHECKED_ON) == set(compat.SEAMS)

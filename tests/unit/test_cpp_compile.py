@@ -8,6 +8,7 @@ import pytest
 
 from raycompile.kernels import Built, CppJob, CppStep, Failed, Versions, run_job
 from raycompile.kernels.cpp_compile import native_march_flags, resolve_command
+from raycompile.wrapper.compat import TOOLCHAIN
 
 CXX = shutil.which("g++") or shutil.which("c++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler")
@@ -25,11 +26,11 @@ def _job(tmp_path: pathlib.Path, code: str) -> CppJob:
     src, target = tmp_path / "k.cpp", tmp_path / "out" / "k.so"
     cmd = resolve_command(f"{CXX} -O2 -march=native -shared -fPIC {src} -o {target}")
     return CppJob("k.so", (CppStep(cmd, str(target), str(tmp_path / "build")),),
-                  {str(src): code.encode()}, Versions.here(), str(tmp_path / "k.lock"))
+                  {str(src): code.encode()}, Versions.here(), str(tmp_path / "k.lock"), key="k")
 
 
 def test_builds_a_library_from_shipped_sources(tmp_path: pathlib.Path) -> None:
-    result = run_job(_job(tmp_path, 'extern "C" int answer() { return 42; }\n'))
+    result = run_job(_job(tmp_path, 'extern "C" int answer() { return 42; }\n'), TOOLCHAIN)
     assert isinstance(result, Built), result
     (path, data), = result.files.items()
     assert path.endswith("k.so") and data.startswith(b"\x7fELF")
@@ -38,7 +39,7 @@ def test_builds_a_library_from_shipped_sources(tmp_path: pathlib.Path) -> None:
 
 
 def test_a_broken_source_returns_the_compilers_message(tmp_path: pathlib.Path) -> None:
-    result = run_job(_job(tmp_path, 'extern "C" int answer() { return 42 }\n'))
+    result = run_job(_job(tmp_path, 'extern "C" int answer() { return 42 }\n'), TOOLCHAIN)
     assert isinstance(result, Failed) and result.kind == "compile"
     assert "expected" in result.message and "k.cpp" in result.message
     assert not (tmp_path / "out" / "k.so").exists()

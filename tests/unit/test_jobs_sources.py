@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import dataclasses
 import json
 import pathlib
 import re
@@ -8,21 +7,29 @@ import re
 import pytest
 
 from raycompile.errors import KernelSourceError, UnknownArchError
-from raycompile.kernels import CppJob, CppStep, Failed, TritonJob, Versions, run_job
+from raycompile.kernels import CppJob, CppStep, Failed, Versions, run_job
 from raycompile.kernels.sources import find_kernels, read_kernel
-from raycompile.kernels.triton_compile import parse_arch, retarget, target_of
+from raycompile.wrapper.compat import TOOLCHAIN, parse_arch, retarget, target_of
+from raycompile.wrapper.jobs import triton_job
 
 V = Versions(torch="2.13.0", triton="3.9.0")
 
 
-def test_triton_job_key_changes_with_each_input() -> None:
-    base = TritonJob("k", "src", V, {}, {"use_static_triton_launcher": True})
+def test_triton_job_key_changes_with_each_input(corpus_files: list[pathlib.Path]) -> None:
+    src = corpus_files[0].read_text()
+    config = {"use_static_triton_launcher": True}
+    base = triton_job("k", src, {}, config, V)
     keys = {base.key}
-    for change in (dict(source="src2"), dict(versions=Versions("2.11.0", "3.9.0")),
-                   dict(versions=Versions("2.13.0", "3.6.0")), dict(extra_config={})):
-        keys.add(dataclasses.replace(base, **change).key)
-    assert len(keys) == 5
-    assert dataclasses.replace(base, extra_env={"TRITON_CACHE_DIR": "/elsewhere"}).key == base.key
+    for args in ((src.replace("@triton.jit", "@triton.jit\n# edited", 1), {}, config, V),
+                 (retarget(src, 80), {}, config, V),
+                 (src, {}, config, Versions("2.11.0", "3.9.0")),
+                 (src, {}, config, Versions("2.13.0", "3.6.0")),
+                 (src, {}, {}, V)):
+        keys.add(triton_job("k", *args).key)
+    assert len(keys) == 6
+    # neither where the driver's Triton cache is, nor which GPU index the source records, changes it
+    assert triton_job("k", src, {"TRITON_CACHE_DIR": "/elsewhere"}, config, V).key == base.key
+    assert triton_job("k", src.replace("index=0,", "index=3,", 1), {}, config, V).key == base.key
 
 
 def test_corpus_is_found_and_read(corpus: pathlib.Path) -> None:
@@ -61,8 +68,8 @@ def test_retarget(corpus_files: list[pathlib.Path]) -> None:
 
 
 def test_worker_refuses_job_from_another_version() -> None:
-    job = CppJob("x.so", (CppStep(["true"], "/nonexistent/x.so", "/tmp/b"),), {}, Versions("1.0.0", "0.0.1"))
-    result = run_job(job)
+    job = CppJob("x.so", (CppStep(["true"], "/nonexistent/x.so", "/tmp/b"),), {}, Versions("1.0.0", "0.0.1"), key="k")
+    result = run_job(job, TOOLCHAIN)
     assert isinstance(result, Failed) and result.kind == "version"
     here = Versions.here()
     assert "1.0.0" in result.message and here.torch in result.message and here.triton in result.message

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from raycompile.kernels import TritonJob, Versions
+from raycompile.cache.keys import kernel_key
+from raycompile.kernels import Versions
 from raycompile.kernels.sources import read_kernel
-from raycompile.kernels.triton_compile import compile_only_driver, target_of
 from raycompile.wrapper import compat, runtime
 from raycompile.wrapper.codegen import definition_key, with_key
-from raycompile.wrapper.hooks import cache_key
+from raycompile.wrapper.compat import compile_only_driver, target_of
 
 pytest.importorskip("triton")
 
@@ -34,8 +34,20 @@ def test_a_triton_definition_is_keyed_as_the_farm_files_the_kernel(corpus_files:
     body = inductor_definition(src.name, src.source)
     key = definition_key(src.name, body)
     source = ast.literal_eval(ast.parse(body, mode="eval").body.args[1])
-    # the Router's key for the job AsyncCompile.triton sends when the module defines this kernel
-    assert key == cache_key(TritonJob(src.name, source, Versions.here(), {}, compat.triton_extra_config(source)))
+    # the identity cache/keys.py defines, its inputs read off the source here, independently: the
+    # module text without its device index, the versions, ptxas, the target it records, and what
+    # AsyncCompile.triton sends with the job (2.13: the static-launcher flag)
+    import re
+
+    props = re.search(r"DeviceProperties\(type='(\w+)', index=\d+, (.*?)\)", source)
+    cc, warp = re.search(r"\bcc=(\d+)", props.group(2)).group(1), re.search(r"warp_size=(\d+)", props.group(2)).group(1)
+    v = Versions.here()
+    expected = kernel_key("triton", [re.sub(r"(DeviceProperties\(type='\w+', )index=\d+, ", r"\1", source)], v.torch,
+                          v.triton, compat.ptxas_version(), f"{props.group(1)}:{cc}:{warp}",
+                          {"use_static_triton_launcher": compat.inductor_config().use_static_triton_launcher})
+    assert key == expected
+    # rank 1's module names the kernel by the same key (the device index is not part of it)
+    assert definition_key(src.name, body.replace("index=0,", "index=1,", 1)) == key
     call = ast.parse(with_key(body, key), mode="eval").body
     assert [k.arg for k in call.keywords] == ["device_str", "key"] and call.keywords[1].value.value == key
     assert definition_key(src.name, with_key(body, key)) is None  # never keyed twice
@@ -96,14 +108,18 @@ def test_the_farms_winner_comes_first_then_the_manifests_then_inductors(autotune
     assert runtime.stitch("k", autotuner, "key", compat.config_dict(configs[1])) == compat.config_dict(configs[1])
 
     autotuner.launchers = list(launchers)
-    remove = runtime.winners.add(lambda key: compat.config_dict(configs[0]) if key == "key" else None)
+    binding = runtime.Binding()
+    unbind = runtime.bind(binding)
+    remove = binding.winners.add(lambda key: compat.config_dict(configs[0]) if key == "key" else None)
     try:
         assert runtime.stitch("k", autotuner, "key", compat.config_dict(configs[1])) == compat.config_dict(configs[0])
         autotuner.launchers = list(launchers)
         assert runtime.stitch("k", autotuner, "other", None) == compat.config_dict(configs[2])
-    finally:
         remove()
-    assert runtime.winner_for("key") is None
+        assert runtime.winner_for("key") is None  # removed from the bound session's registry
+    finally:
+        unbind()
+    assert runtime.bound() is None
 
 
 def test_a_winner_that_matches_no_compiled_config_changes_nothing(autotuner: Any) -> None:
@@ -116,20 +132,26 @@ def test_a_broken_winner_store_is_skipped() -> None:
     def broken(key: str) -> dict[str, Any]:
         raise OSError("store unreachable")
 
-    remove = runtime.winners.add(broken)
-    try:
-        assert runtime.winner_for("key") is None
-    finally:
-        remove()
+    winners = runtime.Winners()
+    winners.add(broken)
+    winners.add(lambda key: {"XBLOCK": 8} if key == "key" else None)
+    assert winners.winner_for("key") == {"XBLOCK": 8}  # the broken store is skipped, the next one answers
+    assert winners.winner_for("other") is None
 
 
-@pytest.mark.parametrize("setting", ["1", "0"])
-def test_a_long_wait_shows_a_bar_only_where_progress_is_wanted(setting: str, monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("setting", ["1", "0", "unbound"])
+def test_a_long_wait_shows_a_bar_only_where_progress_is_wanted(setting: str,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The bar follows the bound session's ``progress`` setting, as the session binds it; a module
+    loaded with no session bound shows none."""
     import threading
     from concurrent.futures import Future
 
-    monkeypatch.setenv("RAYCOMPILE_PROGRESS", setting)
+    from raycompile.orchestrator import progress_wanted
+
+    value = None if setting == "unbound" else setting == "1"
+    unbind = (runtime.bind(runtime.Binding(None, value, lambda: progress_wanted(value)))
+              if setting != "unbound" else (lambda: None))
     futures: dict[str, Future[Any]] = {f"k{i}": Future() for i in range(runtime.MANY)}
 
     def finish() -> None:
@@ -137,6 +159,9 @@ def test_a_long_wait_shows_a_bar_only_where_progress_is_wanted(setting: str, mon
             f.set_result(i)
 
     threading.Timer(0.3, finish).start()
-    assert runtime.FarmCompile().wait_named({"kernels": {}}, futures) == tuple(range(runtime.MANY))
+    try:
+        assert runtime.FarmCompile().wait_named({"kernels": {}}, futures) == tuple(range(runtime.MANY))
+    finally:
+        unbind()
     shown = "raycompile: waiting for kernels" in capsys.readouterr().out
     assert shown == (setting == "1")

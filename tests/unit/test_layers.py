@@ -1,0 +1,167 @@
+"""The layer order the README states, checked on the installed package's import graph:
+
+    base (errors, settings, sizes, _version) <- cache <- kernels <- {wrapper, orchestrator} <- facade
+
+A module may import its own component and the layers below it; ``wrapper`` and ``orchestrator``
+never import each other; only ``orchestrator`` imports Ray; only the Inductor adapter
+(``wrapper/compat``) reaches ``torch._*`` or a Triton internal. Every import counts, including
+the ones inside functions."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from dataclasses import dataclass
+
+import pytest
+
+PACKAGE = "raycompile"
+BASE = {"raycompile.errors", "raycompile.settings", "raycompile.sizes", "raycompile._version"}
+COMPONENTS = {"raycompile.cache": 1, "raycompile.kernels": 2, "raycompile.wrapper": 3, "raycompile.orchestrator": 3}
+ADAPTER = "raycompile.wrapper.compat"
+FACADE_LAYER = 4
+# Triton's public names: importing these is not reaching into Triton
+TRITON_PUBLIC = {"triton", "triton.language"}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # the absolute name imported (a module, or module.attribute)
+    line: int
+
+
+def _modules() -> dict[str, str]:
+    """Every module of the installed package: name -> file."""
+    out: dict[str, str] = {}
+    todo = [PACKAGE, *COMPONENTS]  # an editable install maps the components from other folders
+    seen = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.submodule_search_locations, name
+        for root in spec.submodule_search_locations:
+            for entry in sorted(os.listdir(root)):
+                path = os.path.join(root, entry)
+                if entry == "__init__.py":
+                    out[name] = path
+                elif entry.endswith(".py"):
+                    out[f"{name}.{entry[:-3]}"] = path
+                elif os.path.isfile(os.path.join(path, "__init__.py")):
+                    todo.append(f"{name}.{entry}")
+    return out
+
+
+def _imports(name: str, path: str) -> list[Import]:
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    package = name if path.endswith("__init__.py") else name.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [Import(name, a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            found += [Import(name, f"{prefix}.{a.name}", node.lineno) for a in node.names]
+    return found
+
+
+def _private_attributes(name: str, path: str) -> list[Import]:
+    """``torch._x`` reached as an attribute (``torch._dynamo.reset()``), not imported."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    return [Import(name, f"torch.{n.attr}", n.lineno) for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "torch"
+            and n.attr.startswith("_") and not n.attr.startswith("__")]
+
+
+def _component(module: str) -> tuple[str, int]:
+    if module in BASE:
+        return "base", 0
+    for component, layer in COMPONENTS.items():
+        if module == component or module.startswith(component + "."):
+            return component, layer
+    return "facade", FACADE_LAYER
+
+
+def _target_module(target: str, modules: dict[str, str]) -> str | None:
+    """The package module ``target`` names (``raycompile.cache.keys.PAYLOAD`` -> ``raycompile.cache.keys``)."""
+    while target:
+        if target in modules:
+            return target
+        target = target.rpartition(".")[0]
+    return None
+
+
+def violations(modules: dict[str, str]) -> list[str]:
+    out = []
+    for name, path in sorted(modules.items()):
+        component, layer = _component(name)
+        in_adapter = name == ADAPTER or name.startswith(ADAPTER + ".")
+        for imp in _imports(name, path) + _private_attributes(name, path):
+            where = f"{name}:{imp.line} imports {imp.target}"
+            top = imp.target.split(".")[0]
+            if top == "ray" and component != "raycompile.orchestrator":
+                out.append(f"{where}: only orchestrator/ talks to Ray")
+            private_torch = imp.target.startswith("torch._")
+            triton_internal = top == "triton" and not any(
+                imp.target == p or imp.target.startswith(p + ".") and imp.target.count(".") == p.count(".") + 1
+                for p in TRITON_PUBLIC)
+            if (private_torch or triton_internal) and not in_adapter:
+                out.append(f"{where}: Inductor's and Triton's private API only behind wrapper/compat")
+            if top != PACKAGE:
+                continue
+            target = _target_module(imp.target, modules)
+            if target is None:
+                continue
+            t_component, t_layer = _component(target)
+            if t_component == component:
+                continue
+            if t_layer >= layer:
+                out.append(f"{where}: {component} (layer {layer}) may not import {t_component} (layer {t_layer})")
+    return out
+
+
+def test_the_package_keeps_its_layer_order() -> None:
+    modules = _modules()
+    assert {"raycompile.cache.keys", "raycompile.wrapper.compat.triton", "raycompile.orchestrator.farm",
+            "raycompile.kernels.jobs"} <= set(modules)  # the walk found the subpackages where they install
+    assert violations(modules) == []
+
+
+@pytest.mark.parametrize(("module", "source", "why"), [
+    ("raycompile.kernels.x", "from ..wrapper import compat\n", "kernels (layer 2) may not import raycompile.wrapper"),
+    ("raycompile.wrapper.x", "from ..orchestrator.progress import wanted\n", "may not import raycompile.orchestrator"),
+    ("raycompile.orchestrator.x", "def f():\n    from ..precompile import run_variant\n", "may not import facade"),
+    ("raycompile.cache.x", "import raycompile\n", "may not import facade"),
+    ("raycompile.wrapper.x", "import ray\n", "only orchestrator/ talks to Ray"),
+    ("raycompile.wrapper.x", "import torch._inductor.config\n", "only behind wrapper/compat"),
+    ("raycompile.kernels.x", "from triton.runtime.jit import JITFunction\n", "only behind wrapper/compat"),
+    ("raycompile.x", "import torch\ntorch._dynamo.reset()\n", "only behind wrapper/compat"),
+])
+def test_a_violation_is_named(tmp_path, module: str, source: str, why: str) -> None:
+    """Each rule fails on a module that breaks it (the checker is not vacuous)."""
+    path = tmp_path / "x.py"
+    path.write_text(source)
+    modules = {**_modules(), module: str(path)}
+    found = [v for v in violations(modules) if v.startswith(module + ":")]
+    assert len(found) == 1 and why in found[0], found
+
+
+def test_the_adapter_may_reach_inductor_and_public_triton_is_fine(tmp_path) -> None:
+    path = tmp_path / "x.py"
+    path.write_text("import torch._inductor.config\nimport triton\nimport triton.language as tl\n")
+    assert not [v for v in violations({**_modules(), "raycompile.wrapper.compat.x": str(path)})
+                if v.startswith("raycompile.wrapper.compat.x:")]
+    path.write_text("import triton\nimport triton.language as tl\n")
+    assert not [v for v in violations({**_modules(), "raycompile.kernels.x": str(path)})
+                if v.startswith("raycompile.kernels.x:")]

@@ -1,0 +1,91 @@
+"""Seam family "cpp": Inductor's C++ kernel builds (the build job Inductor submits, its
+``CppBuilder``s, the compiler) and the output module's line that names a C++ kernel. Checked on
+torch 2.11.0 and 2.13.0."""
+
+from __future__ import annotations
+
+import functools
+import linecache
+import re
+import shlex
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ._base import Seams
+
+CHECKED_ON = ("2.11.0", "2.13.0")
+
+SEAMS: Seams = {
+    "AsyncCompile.cpp": ("torch._inductor.async_compile", "AsyncCompile.cpp"),
+    "AsyncCompile.cpp_pybinding": ("torch._inductor.async_compile", "AsyncCompile.cpp_pybinding"),
+    "CppCodeCache.load_async": ("torch._inductor.codecache", "CppCodeCache.load_async"),
+    "CppPythonBindingsCodeCache.load_pybinding_async": (
+        "torch._inductor.codecache", "CppPythonBindingsCodeCache.load_pybinding_async"),
+    "_worker_compile_cpp": ("torch._inductor.codecache", "_worker_compile_cpp"),
+    "CppBuilder.get_command_line": ("torch._inductor.cpp_builder", "CppBuilder.get_command_line"),
+    "CppBuilder.get_target_file_path": ("torch._inductor.cpp_builder", "CppBuilder.get_target_file_path"),
+    "CppBuilder._orig_source_paths": ("torch._inductor.cpp_builder", "CppBuilder.__init__"),
+    "CppBuilder._output_dir": ("torch._inductor.cpp_builder", "CppBuilder.__init__"),
+    "get_cpp_compiler": ("torch._inductor.cpp_builder", "get_cpp_compiler"),
+}
+
+
+def cpp_job_parts(fn: Callable[..., Any]) -> tuple[str, list[Any]] | None:
+    """If ``fn`` is Inductor's C++ build job (a partial of _worker_compile_cpp), return
+    (lock_path, builders)."""
+    from torch._inductor.codecache import _worker_compile_cpp
+
+    if isinstance(fn, functools.partial) and fn.func is _worker_compile_cpp and len(fn.args) == 2:
+        lock_path, builders = fn.args
+        return lock_path, list(builders)
+    return None
+
+
+def builder_parts(builder: Any) -> tuple[str, str, list[str], str]:
+    """(command line, target path, source paths, output dir) of a CppBuilder.
+
+    ``_orig_source_paths`` is filled only in fbcode's relative-path mode (2.13.0), so the sources
+    are otherwise read off the command line: a node without this one's files must be sent them."""
+    command = builder.get_command_line()
+    sources = list(builder._orig_source_paths)
+    if not sources:
+        sources = [t for t in shlex.split(command) if t.endswith((".cpp", ".cc", ".cxx", ".c"))]
+    return command, builder.get_target_file_path(), sources, builder._output_dir
+
+
+def cpp_compiler() -> str:
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    return get_cpp_compiler()
+
+
+# The output module binds each C++ kernel to its name on one line (PythonWrapperCodegen
+# ._format_kernel_definition of CppScheduling.define_kernel's ``async_compile.cpp_pybinding(...)``; the farm's
+# codegen keeps that shape): ``cpp_fused_relu_0 = async_compile.cpp_pybinding(['float*'], r'''``.
+# The name is nowhere else when the build job is made: the C++ source calls its entry ``kernel``
+# and the library is named by a hash of the source. Checked on 2.13.0.
+_CPP_DEFINITION = re.compile(r"\s*([A-Za-z_]\w*)\s*=\s*async_compile\.cpp(?:_pybinding)?\(")
+# the first line of the Python bindings CppPythonBindingsCodeCache appends to a kernel's source
+_CPP_BINDINGS = "// Python bindings to call"
+
+
+def defining_cpp_kernel(max_depth: int = 40) -> str | None:
+    """The name the output module is binding the C++ kernel being built to, read from the
+    module-level line this call runs under (the module's file, as a traceback reads it); None when
+    no such line is on the stack (a build Inductor starts elsewhere, a module without its source)."""
+    frame = sys._getframe(1)
+    for _ in range(max_depth):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "<module>":
+            m = _CPP_DEFINITION.match(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
+            if m:
+                return m.group(1)
+        frame = frame.f_back
+    return None
+
+
+def cpp_kernel_lines(source: str) -> int:
+    """Lines of a C++ kernel source written for Inductor's Python bindings, without the bindings."""
+    return len(source.split(_CPP_BINDINGS, 1)[0].strip().splitlines())

@@ -1,0 +1,328 @@
+"""Seam family "triton": compiling an Inductor Triton kernel (on a node with or without a GPU),
+Triton's cache layout and ptxas, and the text of a kernel source (its ``DeviceProperties``).
+Checked on torch 2.11.0 (triton 3.6) and 2.13.0 (triton 3.7).
+
+On a node without a GPU, Triton cannot pick an active driver, and Inductor's kernel module asks
+for one. A compile-only driver stands in: it reports the target recorded in the kernel source
+(``DeviceProperties(cc=..., warp_size=...)``) and is never asked to launch anything, so ptxas
+builds cubins for the GPUs' arch on a CPU-only box (DESIGN.md, "Compiling Triton on a node
+WITHOUT a GPU").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ...cache import keys
+from ...errors import UnknownArchError
+from ._base import Seams
+
+CHECKED_ON = ("2.11.0", "2.13.0")
+
+SEAMS: Seams = {
+    "_load_triton_kernel_from_source": ("torch._inductor.codecache", "_load_triton_kernel_from_source"),
+    "_worker_compile_triton": ("torch._inductor.runtime.compile_tasks", "_worker_compile_triton"),
+    "_set_triton_ptxas_path": ("torch._inductor.runtime.compile_tasks", "_set_triton_ptxas_path"),
+    "triton_helpers.set_driver_to_gpu": ("torch._inductor.runtime.triton_helpers", "set_driver_to_gpu"),
+    "triton_hash_to_path_key": ("torch._inductor.runtime.runtime_utils", "triton_hash_to_path_key"),
+    "triton_cache_dir": ("torch._inductor.runtime.runtime_utils", "triton_cache_dir"),
+    "config.use_static_triton_launcher": ("torch._inductor.config", "use_static_triton_launcher"),
+    "async_compile.size_hints_regex": ("torch._inductor.async_compile", "size_hints_regex"),
+    "generate_lookup_hash_from_source_code": (
+        "torch._inductor.runtime.triton_heuristics", "generate_lookup_hash_from_source_code"),
+    "triton.runtime.driver.set_active": ("triton.runtime", "driver.set_active"),
+    "triton.runtime.driver._active": ("triton.runtime", "driver"),  # the attribute is set lazily
+    "triton.backends.nvidia.driver.CudaDriver": ("triton.backends.nvidia.driver", "CudaDriver"),
+    "triton.backends.compiler.GPUTarget": ("triton.backends.compiler", "GPUTarget"),
+    "triton.backends.nvidia.compiler.get_ptxas_version": ("triton.backends.nvidia.compiler", "get_ptxas_version"),
+}
+
+# Compute capabilities Triton's bundled ptxas (CUDA 12.9) builds for.
+CUDA_ARCHES = (75, 80, 86, 87, 89, 90, 100, 103, 120)
+
+
+def parse_arch(arch: str) -> int:
+    """'sm_90' / 'sm90' / '90' / 'sm_90a' -> 90; raise UnknownArchError for anything else."""
+    m = re.fullmatch(r"(?:sm_?)?(\d{2,3})a?", arch.strip().lower())
+    if not m or int(m.group(1)) not in CUDA_ARCHES:
+        raise UnknownArchError(arch, ", ".join(f"sm_{a}" for a in CUDA_ARCHES))
+    return int(m.group(1))
+
+
+# --- a kernel source's recorded target: one parse of Inductor's DeviceProperties text ---------
+
+# DeviceProperties(type='cuda', index=0, multi_processor_count=132, cc=90, major=9, ..., warp_size=32)
+_DEVICE_PROPS = re.compile(r"DeviceProperties\(type='(?P<type>\w+)'(?P<body>[^)]*)\)")
+_FIELD = r"\b{}=(\d+)"
+
+
+def _props(source: str) -> re.Match[str] | None:
+    return _DEVICE_PROPS.search(source)
+
+
+def target_of(source: str) -> tuple[str, int, int]:
+    """(device type, compute capability, warp size) recorded in an Inductor kernel source."""
+    m = _props(source)
+    cc = re.search(_FIELD.format("cc"), m.group("body")) if m else None
+    warp = re.search(_FIELD.format("warp_size"), m.group("body")) if m else None
+    if not (m and cc and warp):
+        raise ValueError("no DeviceProperties(type=..., cc=..., warp_size=...) in the kernel source")
+    return m.group("type"), int(cc.group(1)), int(warp.group(1))
+
+
+def device_index(source: str) -> int:
+    """The CUDA device index recorded in an Inductor kernel source (0 when none is)."""
+    m = _props(source)
+    index = re.search(_FIELD.format("index"), m.group("body")) if m else None
+    return int(index.group(1)) if index else 0
+
+
+def _edit_props(source: str, edit: Callable[[str], str]) -> str:
+    return _DEVICE_PROPS.sub(lambda m: f"DeviceProperties(type='{m.group('type')}'{edit(m.group('body'))})", source)
+
+
+def without_device_index(source: str) -> str:
+    """The kernel source with its recorded device index removed (it does not change the binary,
+    so it is not part of the kernel's key: ranks on cuda:0 and cuda:1 share one entry)."""
+    return _edit_props(source, lambda body: re.sub(r",\s*index=\d+\b", "", body, count=1))
+
+
+def retarget(source: str, arch: int) -> str:
+    """The same kernel source with its recorded target changed to compute capability ``arch``."""
+    return _edit_props(source, lambda body: re.sub(r"\bmajor=\d+", f"major={arch // 10}",
+                                                   re.sub(r"\bcc=\d+", f"cc={arch}", body)))
+
+
+def retarget_device(source: str, index: int) -> str:
+    """``source`` with its recorded CUDA device index set to ``index`` (a GPU actor sees only its
+    own GPU, as device 0 in most clusters; the cubins do not depend on the index)."""
+    return _edit_props(source, lambda body: re.sub(r"\bindex=\d+", f"index={index}", body, count=1))
+
+
+# --- compiling ----------------------------------------------------------------------------------
+
+
+def worker_compile_triton(
+    kernel_name: str, source: str, extra_env: dict[str, str], extra_config: dict[str, Any]
+) -> tuple[Any, int]:
+    """Inductor's own worker job: load the kernel module, precompile every config, return it."""
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+    from torch._inductor.runtime.compile_tasks import _worker_compile_triton
+
+    load = functools.partial(_load_triton_kernel_from_source, kernel_name, source)
+    return _worker_compile_triton(load, extra_env, extra_config)
+
+
+def triton_job_args(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, str, dict, dict] | None:
+    """If ``fn(*args)`` is Inductor's Triton compile job, return (name, source, env, config)."""
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+    from torch._inductor.runtime.compile_tasks import _worker_compile_triton
+
+    if fn is not _worker_compile_triton or len(args) != 3:
+        return None
+    load_kernel, extra_env, extra_config = args
+    if not (
+        isinstance(load_kernel, functools.partial)
+        and load_kernel.func is _load_triton_kernel_from_source
+        and len(load_kernel.args) == 2
+    ):
+        return None
+    name, source = load_kernel.args
+    return name, source, dict(extra_env), dict(extra_config)
+
+
+def triton_extra_config(source: str) -> dict[str, Any]:
+    """The ``extra_config`` that ``AsyncCompile.triton`` sends with ``source``'s compile job, so
+    a key made at codegen equals the Router's key for the job (async_compile.py, 2.13.0)."""
+    from torch._inductor import config
+
+    extra: dict[str, Any] = {"use_static_triton_launcher": config.use_static_triton_launcher}
+    table = getattr(config, "autotune_lookup_table", None)
+    if table and "@triton.jit\n" in source:
+        from torch._inductor.async_compile import size_hints_regex
+        from torch._inductor.runtime.triton_heuristics import generate_lookup_hash_from_source_code
+
+        m = size_hints_regex.search(source)
+        fn_hash = generate_lookup_hash_from_source_code(m.group(1) if m else str(None),
+                                                        source.split("@triton.jit\n")[1])
+        if fn_hash in table:
+            extra["autotune_lookup_table"] = {fn_hash: table[fn_hash]}
+    return extra
+
+
+@contextlib.contextmanager
+def gpu_driver_check_disabled() -> Iterator[None]:
+    """Make ``triton_helpers.set_driver_to_gpu`` a no-op while cross-compiling on a CPU-only node.
+
+    It raises "Could not find an active GPU backend" without a GPU, although the compile itself
+    only needs the target, which the kernel's DeviceProperties carry."""
+    from torch._inductor.runtime import triton_helpers
+
+    original = triton_helpers.set_driver_to_gpu
+    triton_helpers.set_driver_to_gpu = lambda: None
+    try:
+        yield
+    finally:
+        triton_helpers.set_driver_to_gpu = original
+
+
+@contextlib.contextmanager
+def compile_only_driver(device_type: str, arch: int, warp_size: int) -> Iterator[None]:
+    """Make Triton compile for (device_type, arch) on a node with no GPU of that kind."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.driver import CudaDriver
+
+    if device_type != "cuda":
+        raise UnknownArchError(device_type, "cuda (cross-compiling targets only NVIDIA GPUs)")
+
+    class CompileOnlyCudaDriver(CudaDriver):
+        def __init__(self) -> None:  # no CudaUtils: that needs libcuda
+            self.target = GPUTarget("cuda", arch, warp_size)
+
+        def get_current_target(self) -> GPUTarget:
+            return self.target
+
+        @staticmethod
+        def is_active() -> bool:
+            return True
+
+        def get_current_device(self) -> int:
+            return 0
+
+    runtime_driver = triton.runtime.driver
+    previous = runtime_driver._active  # reset_active() would probe for a real GPU driver and fail
+    runtime_driver.set_active(CompileOnlyCudaDriver())
+    try:
+        with gpu_driver_check_disabled():
+            yield
+    finally:
+        runtime_driver._active = previous
+
+
+def compile_for_target(kernel_name: str, source: str, extra_env: dict[str, str],
+                       extra_config: dict[str, Any]) -> Any:
+    """Compile every config of an Inductor Triton kernel module for the target its source
+    records: on this GPU, or cross-compiled where this node has none. Returns the autotuner."""
+    import torch
+
+    device_type, arch, warp_size = target_of(source)
+    ctx: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if device_type == "cuda" and not torch.cuda.is_available():
+        ctx = compile_only_driver(device_type, arch, warp_size)
+    with ctx:
+        kernel, _elapsed_us = worker_compile_triton(kernel_name, source, extra_env, extra_config)
+    return kernel
+
+
+def warm_compile_worker() -> None:
+    """Import what a compile job uses (seconds on a fresh worker process)."""
+    import torch._inductor.codecache  # noqa: F401
+    import torch._inductor.runtime.triton_heuristics  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # a CPU-only install without triton: C++ jobs only
+        import triton.compiler  # noqa: F401
+
+
+# --- Triton's cache --------------------------------------------------------------------------
+
+
+def triton_cache_group_dirs(kernel: Any) -> list[str]:
+    """Directories of Triton's cache holding the artifacts of each compiled config of ``kernel``."""
+    from torch._inductor.runtime.runtime_utils import triton_hash_to_path_key
+
+    base = os.environ.get("TRITON_CACHE_DIR")
+    if not base:
+        return []
+    return [
+        os.path.join(base, triton_hash_to_path_key(result.kernel.hash))
+        for result in getattr(kernel, "compile_results", None) or []
+    ]
+
+
+def cache_group_blobs(kernel: Any) -> dict[str, bytes]:
+    """Triton's cache artifacts of every compiled config of ``kernel``, as ``triton/GROUP/FILE``
+    blobs (cache/keys.py): the driver writes them into ITS Triton cache dir, where its
+    TritonBundler looks for them (the TritonBundler trap in DESIGN.md)."""
+    files: dict[str, bytes] = {}
+    for group in triton_cache_group_dirs(kernel):
+        if not os.path.isdir(group):
+            continue
+        for name in sorted(os.listdir(group)):
+            path = os.path.join(group, name)
+            if os.path.isfile(path) and not name.startswith("tmp."):
+                with open(path, "rb") as f:
+                    files[keys.triton_blob(os.path.basename(group), name)] = f.read()
+    return files
+
+
+def driver_triton_cache_dir(device_index: int) -> str:
+    """Where this process's Triton writes and Inductor's TritonBundler reads (env first)."""
+    from torch._inductor.runtime.runtime_utils import triton_cache_dir
+
+    return os.environ.get("TRITON_CACHE_DIR") or triton_cache_dir(device_index)
+
+
+# --- ptxas ---------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def ptxas_version() -> str:
+    """The version line of the ptxas Triton uses (part of the cache key); "none" without one."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas_version
+
+        return str(get_ptxas_version()).strip().splitlines()[-1]
+    except Exception:  # noqa: BLE001 - no NVIDIA backend in this triton, or no ptxas: not a CUDA build box
+        return "none"
+
+
+def set_inductor_ptxas() -> None:
+    """Point this process's Triton at the ptxas Inductor ships, as each stock compile worker does
+    first (a no-op where torch ships none)."""
+    from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+
+    _set_triton_ptxas_path()
+
+
+@contextlib.contextmanager
+def inductor_ptxas() -> Iterator[str | None]:
+    """This process's Triton uses the ptxas Inductor ships (``_set_triton_ptxas_path``: what each
+    stock compile worker, and stock's own in-process compile, does first) inside the block;
+    yields its path (None: Inductor ships none, or TRITON_PTXAS_PATH was set already).
+
+    The farm's workers compile with that ptxas, and its version is part of Triton's cache key and
+    of the farm's (``cache.keys.triton_key``): a driver left on Triton's bundled ptxas would key
+    kernels by a ptxas that did not build them, and miss in Triton's cache every cubin the farm
+    published when it loads a kernel itself (a benchmark request). A no-op where torch ships no
+    ptxas (the CPU wheel; torch 2.11+cu130 on the H200 machine). Triton caches the version it
+    read, so that cache is cleared."""
+    before = os.environ.get("TRITON_PTXAS_PATH")
+    set_inductor_ptxas()
+    after = os.environ.get("TRITON_PTXAS_PATH")
+    if after == before:
+        yield None
+        return
+    _ptxas_version_changed()
+    try:
+        yield after
+    finally:
+        if os.environ.get("TRITON_PTXAS_PATH") == after:
+            os.environ.pop("TRITON_PTXAS_PATH", None)
+            _ptxas_version_changed()
+
+
+def _ptxas_version_changed() -> None:
+    ptxas_version.cache_clear()
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas_version
+    except ImportError:  # a Triton without the NVIDIA backend: nothing cached
+        return
+    clear = getattr(get_ptxas_version, "cache_clear", None)
+    if clear is not None:
+        clear()
