@@ -32,8 +32,8 @@ DEFAULT_CORPUS = HERE.parent / "tests" / "fixtures" / "corpus_torch211" / "kerne
 
 
 def make_jobs(corpus: pathlib.Path, copies: int) -> list:
-    from raycompile.kernels.sources import find_kernels
     from raycompile.wrapper.jobs import triton_job
+    from raycompile.wrapper.kernel_sources import find_kernels
 
     jobs = []
     for c in range(copies):

@@ -28,8 +28,9 @@ REFUSED_WARNING_DELAY_S = 2.0
 # A lookup waits at most this long for the batched shared lookup (``prefetch``) its key is in;
 # each tier bounds its own round trip too (Redis: 2 s; the head service: its time-out).
 PREFETCH_WAIT_S = 60.0
-# Prefetched entries nobody asked for are dropped past this many (a module's kernels, many times over).
-PREFETCH_KEEP = 4096
+# A batch's answers are used this long after they arrived, then dropped: a module loaded during a
+# cold compile asks for kernels still compiling, whose answers (misses) nobody takes.
+PREFETCH_TTL_S = 30.0
 
 
 class Cache:
@@ -43,8 +44,8 @@ class Cache:
         self._refused = 0
         self._warning: threading.Timer | None = None
         self._lock = threading.Lock()
-        # key -> the batched shared lookup it is in (``prefetch``): its result, once, for ``get``
-        self._prefetch: dict[str, Future[dict[str, Entry | Miss]]] = {}
+        # key -> the batched shared lookup it is in (``prefetch``): (when it arrived, the answers)
+        self._prefetch: dict[str, Future[tuple[float, dict[str, Entry | Miss]]]] = {}
 
     @classmethod
     def from_settings(cls, cache_dir: str, shared_url: str, max_bytes: int | None, stats: Any,
@@ -67,46 +68,57 @@ class Cache:
         them then waits for that answer instead of a round trip of its own. Returns how many keys
         went into the batch (0: no shared tier, or all local)."""
         shared = self.shared
-        if shared is None or not keys:
+        # only a tier that batches (Redis, the head service, a deferred one over them): a file tier's
+        # lookups are as fast one by one, in parallel on the I/O threads
+        if shared is None or not keys or self._submit is None or not hasattr(shared, "get_many"):
             return 0
         wanted = [k for k in dict.fromkeys(keys) if not (self.local is not None and self.local.has(k))]
+        now = time.monotonic()
         with self._lock:
+            for k, f in list(self._prefetch.items()):  # answers nobody took in time
+                if f.done() and (f.exception() is not None or now - f.result()[0] > PREFETCH_TTL_S):
+                    del self._prefetch[k]
             wanted = [k for k in wanted if k not in self._prefetch]
             if not wanted:
                 return 0
-            future: Future[dict[str, Entry | Miss]] = Future()
+            future: Future[tuple[float, dict[str, Entry | Miss]]] = Future()
             for k in wanted:
                 self._prefetch[k] = future
-            while len(self._prefetch) > PREFETCH_KEEP:
-                self._prefetch.pop(next(iter(self._prefetch)))
 
         def fetch() -> None:
             try:
-                future.set_result(get_many(shared, wanted))
+                answers = get_many(shared, wanted)
             except BaseException as e:  # noqa: BLE001 - handed to each waiting get, which looks up alone
                 future.set_exception(e)
+            else:
+                future.set_result((time.monotonic(), answers))
 
-        self.stats.add(shared_batches=1)
         try:
-            if self._submit is None:
-                raise RuntimeError("no executor")
             self._submit(fetch)
-        except RuntimeError:  # no executor, or it is shut down: each get looks up by itself
+        except RuntimeError as e:  # the executor is shut down (the session is closing): each get looks up alone
             with self._lock:
                 for k in wanted:
                     self._prefetch.pop(k, None)
+            future.set_exception(e)
             return 0
+        self.stats.add(shared_batches=1)
         return len(wanted)
 
     def _prefetched(self, key: str) -> Entry | Miss | None:
-        """The batched answer for ``key`` (waited for), or None when it is in no batch (or the
-        batch failed: the caller looks up by itself)."""
+        """The batched answer for ``key`` (waited for), or None when the caller looks up by itself:
+        the key is in no batch, its answer is older than ``PREFETCH_TTL_S``, the batch failed, or
+        the tier was unavailable for the batch (one lookup may still get through)."""
         with self._lock:
             future = self._prefetch.pop(key, None)
         if future is None:
             return None
         try:
-            return future.result(timeout=PREFETCH_WAIT_S).get(key)
+            arrived, answers = future.result(timeout=PREFETCH_WAIT_S)
+            answer = answers.get(key)
+            if time.monotonic() - arrived > PREFETCH_TTL_S or (isinstance(answer, Miss)
+                                                                and answer.reason == "unavailable"):
+                return None
+            return answer
         except FutureTimeout:
             log.debug("raycompile: the batched shared lookup took over %.0f s; looking up %s alone",
                       PREFETCH_WAIT_S, key[:12])

@@ -71,6 +71,10 @@ class RayHeadTier:
             ).remote(root)
 
     def _unavailable(self, e: BaseException) -> Miss:
+        if raycalls.is_bug(e):  # the service's own code raised: said loudly, with its traceback
+            log.error("raycompile: the head-node cache service raised (a bug: please report it); "
+                      "compiling instead", exc_info=e)
+            return Miss("unavailable", str(e))
         if not self._warned:
             log.warning("raycompile: the head-node cache service failed (%s); compiling instead", e)
             self._warned = True

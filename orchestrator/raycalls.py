@@ -31,6 +31,15 @@ def failures() -> tuple[type[BaseException], ...]:
     return (ray.exceptions.RayError, ConnectionError)
 
 
+def is_bug(error: BaseException) -> bool:
+    """Whether ``error`` is the code a Ray task or actor method ran raising (``RayTaskError``):
+    a failure of raycompile's own remote code, not of the cluster, so never turned into "the
+    cluster is unavailable"."""
+    import ray.exceptions
+
+    return isinstance(error, ray.exceptions.RayTaskError)
+
+
 def connected() -> bool:
     import ray
 
@@ -68,4 +77,6 @@ def calls(where: str, doing: str) -> Iterator[None]:
     try:
         yield
     except failures() as e:
+        if is_bug(e):
+            raise  # our remote code's own error, with its remote traceback: a bug to see, not to hide
         raise FarmUnavailableError(where, reason(doing, e)) from e

@@ -71,13 +71,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _compile_kernels(args: argparse.Namespace) -> int:
-    from .kernels.sources import find_kernels
     from .orchestrator import Farm, Progress, progress_wanted
     from .orchestrator.batch import compile_kernels
     from .orchestrator.report import summary, write_trace
     from .settings import Settings
     from .wrapper import compat
     from .wrapper.jobs import triton_job
+    from .wrapper.kernel_sources import find_kernels
 
     arch = compat.parse_arch(args.arch) if args.arch else None  # bad arch: exit 2 before starting Ray
     sources = find_kernels(args.paths)
@@ -87,7 +87,15 @@ def _compile_kernels(args: argparse.Namespace) -> int:
     settings = Settings.resolve(address=args.address, num_cpus=args.num_cpus,
                                 job_timeout_s=args.job_timeout, fallback=False)
     progress = Progress(force_terminal=settings.progress is True) if progress_wanted(settings.progress) else None
-    jobs = [triton_job(s.name, compat.retarget(s.source, arch) if arch else s.source) for s in sources]
+    jobs, unreadable = [], []
+    for s in sources:
+        try:
+            jobs.append(triton_job(s.name, compat.retarget(s.source, arch) if arch else s.source))
+        except ValueError as e:  # a source without the target the farm compiles for
+            unreadable.append(f"FAILED {s.name} ({s.path}): {e}")
+    if unreadable and not jobs:
+        print("\n".join(unreadable), file=sys.stderr)
+        return 2
     with Farm(settings, progress=progress, toolchain=compat.TOOLCHAIN) as farm:
         report = compile_kernels(farm, jobs, args.out)
         names = {n: info["hostname"] for n, info in farm.nodes.items()}
@@ -98,8 +106,10 @@ def _compile_kernels(args: argparse.Namespace) -> int:
     for failure in report.failed:
         node = f" on node {failure.node_id[:12]}" if failure.node_id else ""
         print(f"FAILED {failure.label}{node}: {failure.message.strip().splitlines()[-1][:300]}")
+    for line in unreadable:
+        print(line)
     print(report.line())
-    return 1 if report.failed else 0
+    return 1 if report.failed or unreadable else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -105,7 +105,7 @@ def run_variant(variant: Variant, paths: Sequence[str] = (), address: str = "aut
     host = socket.gethostname()
     try:
         raycompile.enable(address=address)
-    except Exception as e:
+    except raycompile.RaycompileError as e:  # a bad setting, or no cluster to join: the variant's result
         return VariantResult(variant.name, "failed", time.perf_counter() - started, node=host, error=_why(e))
     error = ""
     try:

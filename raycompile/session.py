@@ -146,7 +146,12 @@ class Session:
             process_pool, submit = compat.stock_pools()
             hooks = Hooks(Router(self.startup, self.stats, process_pool, submit, self.cache, io=self.io,
                                  job_timeout_s=settings.job_timeout_s))
-            hooks.install()
+            try:
+                hooks.install()  # undoes what it did when it raises
+            except BaseException:
+                self._unbind()
+                self._unbind = None
+                raise
             self.hooks = hooks
 
     # -- what the facade asks -------------------------------------------------------------------
@@ -213,10 +218,11 @@ class Session:
 
 def start(settings: Settings) -> Session:
     """Close the current session, if any, and make a new one the current one."""
-    global _current, _last
+    global _current
     with _lock:
         if _current is not None:
             _close(_current)
+            _current = None  # a new session that fails to start leaves none current
         _current = Session(settings)
         return _current
 

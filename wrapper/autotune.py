@@ -313,11 +313,13 @@ class ConfigTuner:
         if found is None:
             return None
         name, source = found
-        return name, source, triton_key(name, source)
+        # the key its job had (carried from the Router); a kernel compiled elsewhere gets the same
+        # function's key, made now
+        return name, source, compat.kernel_key_of(kernel) or triton_key(name, source)
 
     def benchmark_all_configs(self, kernel: Any, stock: Callable[..., dict[Any, float]], *args: Any,
                               **kwargs: Any) -> dict[Any, float]:
-        launchers = list(kernel.launchers)
+        launchers = compat.launchers(kernel)
         if not compat.is_cuda_kernel(kernel) or len(launchers) < 2:
             return stock(kernel, *args, **kwargs)
         found = self.key_of(kernel)

@@ -251,6 +251,7 @@ class Router:
         if isinstance(job, TritonJob):
             kernel = pickle.loads(payload or b"")
             compat.set_autotuner_device(kernel, compat.device_index(job.source))  # an entry made by another rank
+            compat.set_kernel_key(kernel, job.key)  # its winner is filed under this key (wrapper/autotune.py)
             return kernel, int(seconds * 1e6)
         return None
 
@@ -273,6 +274,14 @@ class Hooks:
         self._installed = contextlib.ExitStack()
 
     def install(self) -> None:
+        """Install every seam; when one fails (a seam moved: SeamMissing), undo the others and raise."""
+        try:
+            self._install()
+        except BaseException:
+            self._installed.close()
+            raise
+
+    def _install(self) -> None:
         compat.check()
         router = self.router
         # Triton compiles and C++ builds go to the Router; the kernels Inductor compiles during

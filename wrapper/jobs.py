@@ -6,6 +6,7 @@ Also the conversion between a job's result or cache entry and the files this nod
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,8 @@ from ..cache import Entry, keys
 from ..kernels import Built, CppJob, CppStep, Job, TritonJob, Versions
 from ..kernels.cpp_compile import compiler_version, native_march_flags, resolve_command
 from . import compat
+
+log = logging.getLogger("raycompile.jobs")
 
 
 def triton_job(kernel_name: str, source: str, extra_env: dict[str, str] | None = None,
@@ -41,7 +44,11 @@ def triton_job_for(fn: Callable[..., Any], args: tuple[Any, ...], versions: Vers
     if parts is None:
         return None
     name, source, env, config = parts
-    return triton_job(name, source, env, config, versions)
+    try:
+        return triton_job(name, source, env, config, versions)
+    except ValueError as e:  # no target the farm can read (a HIP or XPU kernel): Inductor's own pool compiles it
+        log.debug("raycompile: %s is not a kernel the farm can key (%s); compiling it with stock Inductor", name, e)
+        return None
 
 
 def _cpp_label(steps: list[CppStep], inputs: dict[str, bytes]) -> str:

@@ -64,9 +64,9 @@ class Winners:
 
 class Binding:
     """What a module loaded while a session is enabled reaches of it: the session's winners
-    registry and its ``progress`` setting. The session makes one and ``bind``s it; a module loaded
-    with no session bound stitches only the winners it carries, and shows progress by the
-    terminal alone."""
+    registry, its ``progress`` setting and its batched shared-tier lookup. The session makes one
+    and ``bind``s it; a module loaded with no session bound stitches only the winners it carries
+    (and Inductor's own), shows no progress bar, and looks nothing up in advance."""
 
     def __init__(self, winners: Winners | None = None, progress: bool | None = None,
                  show_progress: Callable[[], bool] = lambda: False,

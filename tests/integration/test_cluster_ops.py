@@ -18,20 +18,20 @@ from farmrun import compile_fresh, compile_on_farm
 from raystart import RayHead, ray_cluster, ray_head
 
 from raycompile.kernels import Built
-from raycompile.kernels.sources import find_kernels
 from raycompile.models import examples
 from raycompile.orchestrator import Farm
 from raycompile.orchestrator.farm import COMPILE_RESOURCE
 from raycompile.settings import Settings
 from raycompile.wrapper import compat
 from raycompile.wrapper.jobs import triton_job
+from raycompile.wrapper.kernel_sources import find_kernels
 
 HERE = pathlib.Path(__file__).parent
 SECRET = "one-secret-for-the-whole-test-cluster"
 
 MODELS = '''
 from raycompile.kernels import Built, TritonJob, Versions
-from raycompile.kernels.sources import find_kernels
+from raycompile.wrapper.kernel_sources import find_kernels
 from raycompile.models import examples
 from raycompile.orchestrator import Farm
 from raycompile.orchestrator.farm import COMPILE_RESOURCE

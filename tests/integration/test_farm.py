@@ -15,12 +15,12 @@ from farmrun import compile_on_farm
 import raycompile
 from raycompile.errors import CompileError
 from raycompile.kernels import Built, CppJob, CppStep, Failed, Versions
-from raycompile.kernels.sources import read_kernel
 from raycompile.models import examples
 from raycompile.orchestrator import Farm
 from raycompile.settings import Settings
 from raycompile.wrapper import compat
 from raycompile.wrapper.jobs import triton_job
+from raycompile.wrapper.kernel_sources import read_kernel
 
 
 def test_identical_jobs_in_flight_compile_once(local_ray: None, corpus_files: list[pathlib.Path]) -> None:

@@ -15,8 +15,8 @@ import torch
 
 import raycompile
 from raycompile.cache import Entry
-from raycompile.kernels.sources import read_kernel
 from raycompile.wrapper.codegen import definition_key, with_key
+from raycompile.wrapper.kernel_sources import read_kernel
 
 pytest.importorskip("triton")
 

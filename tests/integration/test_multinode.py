@@ -12,12 +12,12 @@ from farmrun import compile_fresh, compile_on_farm
 from raystart import ray_cluster
 
 from raycompile.kernels import Built
-from raycompile.kernels.sources import find_kernels
 from raycompile.models import examples
 from raycompile.orchestrator import Farm
 from raycompile.settings import Settings
 from raycompile.wrapper import compat
 from raycompile.wrapper.jobs import triton_job
+from raycompile.wrapper.kernel_sources import find_kernels
 
 pytestmark = pytest.mark.slow  # a two-node cluster; a model and corpus kernels compiled across it
 

@@ -116,3 +116,18 @@ def test_every_internal_the_adapter_imports_is_a_listed_seam() -> None:
                     unlisted.append(f"{name}: {node.module}.{alias.name}")
     assert unlisted == []
     assert set(compat.CHECKED_ON) == set(compat.SEAMS)
+
+
+def test_a_cpu_install_without_triton_passes_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton's own seams are skipped where Triton is not installed (C++ kernels only); the
+    Inductor ones are still checked."""
+    import sys
+
+    from raycompile.wrapper import compat
+
+    monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` now raises ImportError
+    compat.check()
+    seams = dict(compat.SEAMS, **{"gone": ("torch._inductor.async_compile", "AsyncCompile.gone")})
+    monkeypatch.setattr(compat, "SEAMS", seams)
+    with pytest.raises(compat.SeamMissing, match="gone"):
+        compat.check()

@@ -14,10 +14,10 @@ import pytest
 
 from raycompile.cache.keys import kernel_key
 from raycompile.kernels import Versions
-from raycompile.kernels.sources import read_kernel
 from raycompile.wrapper import compat, runtime
 from raycompile.wrapper.codegen import definition_key, with_key
 from raycompile.wrapper.compat import compile_only_driver, target_of
+from raycompile.wrapper.kernel_sources import read_kernel
 
 pytest.importorskip("triton")
 

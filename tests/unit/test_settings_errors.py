@@ -14,11 +14,11 @@ import pytest
 
 import raycompile
 from raycompile import errors
-from raycompile.kernels.sources import find_kernels, read_kernel
 from raycompile.precompile import load_entry, run_script
 from raycompile.settings import Settings
 from raycompile.spec import load_spec
 from raycompile.wrapper.compat import parse_arch
+from raycompile.wrapper.kernel_sources import find_kernels, read_kernel
 
 
 def test_arguments_then_environment_then_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,12 +35,15 @@ from .autotuner import (
     is_caching_autotuner,
     is_cuda_kernel,
     kernel_attribute_name,
+    kernel_key_of,
     kernel_label,
     launcher_configs,
     launcher_for,
+    launchers,
     load_autotuner,
     restrict_autotuner,
     set_autotuner_device,
+    set_kernel_key,
 )
 from .codegen import (
     STOCK_IMPORT,
@@ -136,7 +139,14 @@ def check() -> None:
     import torch
 
     missing = []
+    try:
+        importlib.import_module("triton")
+        has_triton = True
+    except ImportError:
+        has_triton = False
     for name, (module, path) in SEAMS.items():
+        if module.split(".")[0] == "triton" and not has_triton:
+            continue  # a CPU-only install without Triton: C++ kernels only, no Triton seam is reached
         try:
             resolve(module, path)
         except (ImportError, AttributeError) as e:
@@ -177,6 +187,9 @@ def check_eager_compile_sites() -> None:
 
 
 __all__ = [
+    "kernel_key_of",
+    "launchers",
+    "set_kernel_key",
     "load_autotuner",
     "launcher_for",
     "launcher_configs",

@@ -2,7 +2,7 @@
 benchmark, Inductor's benchmarker, and the touch points a GPU actor uses to time a candidate made
 on another node. Each seam that replaces an Inductor entry point is a context manager that
 restores it exactly on exit; what the farm does behind them is in ``wrapper/autotune.py``.
-Checked on torch 2.11.0 and 2.13.0."""
+Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from ._base import Seams
 
-CHECKED_ON = ("2.11.0", "2.13.0")
+CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
 
 SEAMS: Seams = {
     "autotune_process.get_tuning_process_pool": ("torch._inductor.autotune_process", "get_tuning_process_pool"),
@@ -25,6 +25,9 @@ SEAMS: Seams = {
     "TritonBenchmarkRequest.module_path": ("torch._inductor.autotune_process", "TritonBenchmarkRequest.__init__"),
     "BenchmarkRequest.benchmark": ("torch._inductor.autotune_process", "BenchmarkRequest.benchmark"),
     "TensorMeta": ("torch._inductor.autotune_process", "TensorMeta"),
+    # cleared before a request is pickled (a loaded module); set as TritonTemplateCaller.benchmark sets it
+    "TritonBenchmarkRequest._benchmark_module": ("torch._inductor.autotune_process", "TritonBenchmarkRequest"),
+    "TritonTemplateCaller._benchmark_with_cudagraphs": ("torch._inductor.select_algorithm", "TritonTemplateCaller"),
     "config.autotune_in_subproc": ("torch._inductor.config", "autotune_in_subproc"),
     "AlgorithmSelectorCache.benchmark_in_sub_process": (
         "torch._inductor.select_algorithm", "AlgorithmSelectorCache.benchmark_in_sub_process"),

@@ -1,7 +1,7 @@
 """Seam family "autotuner": Inductor's ``CachingAutotuner`` (a compiled Triton kernel with its
 configs) and Triton's ``JITFunction``: the configs a kernel was compiled for, the winner Inductor's
 autotune cache knows, restricting a kernel to one config, recovering a kernel's source, and a
-user's ``@triton.jit`` kernel bundled to travel. Checked on torch 2.11.0 and 2.13.0."""
+user's ``@triton.jit`` kernel bundled to travel. Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from ._base import Seams
 
-CHECKED_ON = ("2.11.0", "2.13.0")
+CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
 
 SEAMS: Seams = {
     "CachingAutotuner": ("torch._inductor.runtime.triton_heuristics", "CachingAutotuner"),
@@ -22,6 +22,26 @@ SEAMS: Seams = {
     "_load_triton_kernel_from_source": ("torch._inductor.codecache", "_load_triton_kernel_from_source"),
     "triton.runtime.jit.JITFunction": ("triton.runtime.jit", "JITFunction"),
 }
+
+
+_KEY_ATTRIBUTE = "_raycompile_key"
+
+
+def set_kernel_key(kernel: Any, key: str) -> None:
+    """Carry the kernel's identity (``cache/keys.py``) on the compiled kernel the Router hands to
+    Inductor, so its autotune winner is filed under the key its job had, never one computed again."""
+    setattr(kernel, _KEY_ATTRIBUTE, key)
+
+
+def kernel_key_of(kernel: Any) -> str | None:
+    """The identity ``set_kernel_key`` gave ``kernel`` (None: compiled outside the Router)."""
+    key = getattr(kernel, _KEY_ATTRIBUTE, None)
+    return key if isinstance(key, str) else None
+
+
+def launchers(kernel: Any) -> list[Any]:
+    """A precompiled kernel's launchers, one per compiled config, in order."""
+    return list(kernel.launchers)
 
 
 def is_caching_autotuner(obj: Any) -> bool:

@@ -1,6 +1,6 @@
 """Seam family "codegen": the output module (wrapper/codegen.py writes it, wrapper/runtime.py is
 what it imports): Inductor's Python wrapper codegen and its registration per device, the lines of
-its header, and the futures its kernels are defined as. Checked on torch 2.11.0 and 2.13.0."""
+its header, and the futures its kernels are defined as. Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from ._base import SeamMissing, Seams
 
-CHECKED_ON = ("2.11.0", "2.13.0")
+CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
 
 SEAMS: Seams = {
     "PythonWrapperCodegen": ("torch._inductor.codegen.wrapper", "PythonWrapperCodegen"),
@@ -21,6 +21,10 @@ SEAMS: Seams = {
     "PythonWrapperCodegen.write_async_compile_wait": (
         "torch._inductor.codegen.wrapper", "PythonWrapperCodegen.write_async_compile_wait"),
     "PythonWrapperCodegen.define_kernel": ("torch._inductor.codegen.wrapper", "PythonWrapperCodegen.define_kernel"),
+    # the buffers the farm's codegen writes into (self.imports, .header, .prefix, .kernel_autotune_defs),
+    # made in __init__; a subgraph's wrapper reaches its root by get_root_graph where it has one
+    "PythonWrapperCodegen buffers (imports, header, prefix, kernel_autotune_defs)": (
+        "torch._inductor.codegen.wrapper", "PythonWrapperCodegen.__init__"),
     "SubgraphPythonWrapperCodegen": ("torch._inductor.codegen.wrapper", "SubgraphPythonWrapperCodegen"),
     "IndentedBuffer._lines": ("torch._inductor.utils", "IndentedBuffer.__init__"),
     "DelayReplaceLine": ("torch._inductor.utils", "DelayReplaceLine"),

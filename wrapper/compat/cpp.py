@@ -14,7 +14,7 @@ from typing import Any
 
 from ._base import Seams
 
-CHECKED_ON = ("2.11.0", "2.13.0")
+CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
 
 SEAMS: Seams = {
     "AsyncCompile.cpp": ("torch._inductor.async_compile", "AsyncCompile.cpp"),

@@ -1,6 +1,6 @@
 """Seam family "entry": where the session meets torch.compile and Inductor's compile pools
 (the backend object, the config patches of a mode, the two pool seams the Router replaces, the
-remote FX-graph and AOTAutograd caches, the cache-key tag). Checked on torch 2.11.0 and 2.13.0."""
+remote FX-graph and AOTAutograd caches, the cache-key tag). Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from ._base import Seams
 
-CHECKED_ON = ("2.11.0", "2.13.0")
+CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
 
 SEAMS: Seams = {
     "_TorchCompileInductorWrapper.__call__": ("torch", "_TorchCompileInductorWrapper.__call__"),
@@ -24,6 +24,7 @@ SEAMS: Seams = {
     "config.compile_threads": ("torch._inductor.config", "compile_threads"),
     "config.max_autotune": ("torch._inductor.config", "max_autotune"),
     "config.max_autotune_gemm": ("torch._inductor.config", "max_autotune_gemm"),
+    # config.compile_worker_mode (torch 2.15: compile in threads) is read with hasattr: absent before 2.15
     "config.fx_graph_remote_cache": ("torch._inductor.config", "fx_graph_remote_cache"),
     "functorch.config.enable_remote_autograd_cache": ("torch._functorch.config", "enable_remote_autograd_cache"),
     "RemoteCacheBackend": ("torch._inductor.remote_cache", "RemoteCacheBackend"),

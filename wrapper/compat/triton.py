@@ -1,6 +1,6 @@
 """Seam family "triton": compiling an Inductor Triton kernel (on a node with or without a GPU),
 Triton's cache layout and ptxas, and the text of a kernel source (its ``DeviceProperties``).
-Checked on torch 2.11.0 (triton 3.6) and 2.13.0 (triton 3.7).
+Checked on torch 2.11.0 (triton 3.6), 2.13.0 (triton 3.7) and 2.15.0 (triton 3.9).
 
 On a node without a GPU, Triton cannot pick an active driver, and Inductor's kernel module asks
 for one. A compile-only driver stands in: it reports the target recorded in the kernel source
@@ -22,7 +22,7 @@ from ...cache import keys
 from ...errors import UnknownArchError
 from ._base import Seams
 
-CHECKED_ON = ("2.11.0", "2.13.0")
+CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
 
 SEAMS: Seams = {
     "_load_triton_kernel_from_source": ("torch._inductor.codecache", "_load_triton_kernel_from_source"),
@@ -32,6 +32,7 @@ SEAMS: Seams = {
     "triton_hash_to_path_key": ("torch._inductor.runtime.runtime_utils", "triton_hash_to_path_key"),
     "triton_cache_dir": ("torch._inductor.runtime.runtime_utils", "triton_cache_dir"),
     "config.use_static_triton_launcher": ("torch._inductor.config", "use_static_triton_launcher"),
+    # read only when config.autotune_lookup_table (read with getattr) has entries
     "async_compile.size_hints_regex": ("torch._inductor.async_compile", "size_hints_regex"),
     "generate_lookup_hash_from_source_code": (
         "torch._inductor.runtime.triton_heuristics", "generate_lookup_hash_from_source_code"),
@@ -102,6 +103,22 @@ def retarget_device(source: str, index: int) -> str:
     """``source`` with its recorded CUDA device index set to ``index`` (a GPU actor sees only its
     own GPU, as device 0 in most clusters; the cubins do not depend on the index)."""
     return _edit_props(source, lambda body: re.sub(r"\bindex=\d+", f"index={index}", body, count=1))
+
+
+# --- a kernel module's text --------------------------------------------------------------------
+
+_JIT_DEF = re.compile(r"^@triton\.jit\s*\ndef (\w+)\(", re.MULTILINE)
+
+
+def is_inductor_kernel(text: str) -> bool:
+    """Whether ``text`` is a Triton kernel module as Inductor writes one."""
+    return "@triton.jit" in text and "triton_meta=" in text and "@triton_heuristics." in text
+
+
+def jit_function_name(text: str) -> str | None:
+    """The name of the first ``@triton.jit`` function in a kernel module (None: there is none)."""
+    m = _JIT_DEF.search(text)
+    return m.group(1) if m else None
 
 
 # --- compiling ----------------------------------------------------------------------------------

@@ -1,15 +1,14 @@
 """Finding Inductor-generated Triton kernel sources on disk (a TORCHINDUCTOR_CACHE_DIR, a debug
-dir) and reading their name and target."""
+dir) and reading their name (``raycompile compile-kernels``). What makes a file an Inductor kernel,
+and its kernel's name, is read by the adapter (``compat.triton``)."""
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 from ..errors import KernelSourceError
-
-_KERNEL_DEF = re.compile(r"^@triton\.jit\s*\ndef (\w+)\(", re.MULTILINE)
+from .compat.triton import is_inductor_kernel, jit_function_name
 
 
 @dataclass(frozen=True)
@@ -17,10 +16,6 @@ class KernelSource:
     path: str
     name: str
     source: str
-
-
-def is_inductor_kernel(text: str) -> bool:
-    return "@triton.jit" in text and "triton_meta=" in text and "@triton_heuristics." in text
 
 
 def read_kernel(path: str) -> KernelSource:
@@ -33,10 +28,10 @@ def read_kernel(path: str) -> KernelSource:
     if not is_inductor_kernel(text):
         raise KernelSourceError(path, "not an Inductor Triton kernel (no @triton_heuristics / "
                                       "triton_meta / @triton.jit)")
-    m = _KERNEL_DEF.search(text)
-    if not m:
+    name = jit_function_name(text)
+    if name is None:
         raise KernelSourceError(path, "no `@triton.jit def NAME(` in it")
-    return KernelSource(path, m.group(1), text)
+    return KernelSource(path, name, text)
 
 
 def find_kernels(paths: list[str]) -> list[KernelSource]:
