@@ -13,7 +13,7 @@ from ..settings import Settings
 from . import raycalls
 from .cache_service import SERVICE_NAME
 from .coordinator import COORDINATOR_NAME
-from .farm import COMPILE_RESOURCE, _probe, compile_resources
+from .remote import COMPILE_RESOURCE, _probe, compile_resources
 
 log = logging.getLogger("raycompile.status")
 

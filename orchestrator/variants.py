@@ -14,7 +14,7 @@ from typing import Any
 from ..settings import Settings
 from . import raycalls
 from .connect import connect
-from .farm import GPU_RESOURCE
+from .remote import GPU_RESOURCE
 
 log = logging.getLogger("raycompile.precompile")
 

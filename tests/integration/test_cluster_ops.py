@@ -20,7 +20,7 @@ from raystart import RayHead, ray_cluster, ray_head
 from raycompile.kernels import Built
 from raycompile.models import examples
 from raycompile.orchestrator import Farm
-from raycompile.orchestrator.farm import COMPILE_RESOURCE
+from raycompile.orchestrator.remote import COMPILE_RESOURCE
 from raycompile.settings import Settings
 from raycompile.wrapper import compat
 from raycompile.wrapper.jobs import triton_job
@@ -34,7 +34,7 @@ from raycompile.kernels import Built, TritonJob, Versions
 from raycompile.wrapper.kernel_sources import find_kernels
 from raycompile.models import examples
 from raycompile.orchestrator import Farm
-from raycompile.orchestrator.farm import COMPILE_RESOURCE
+from raycompile.orchestrator.remote import COMPILE_RESOURCE
 from raycompile.settings import Settings
 
 

@@ -10,7 +10,7 @@ import re
 import pytest
 import yaml
 
-from raycompile.orchestrator.farm import COMPILE_RESOURCE, GPU_RESOURCE
+from raycompile.orchestrator.remote import COMPILE_RESOURCE, GPU_RESOURCE
 
 CLUSTER_YAML = pathlib.Path(__file__).parents[2] / "cluster.yaml"
 

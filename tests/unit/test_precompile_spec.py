@@ -11,7 +11,7 @@ import pickle
 import pytest
 
 from raycompile.errors import SpecError
-from raycompile.orchestrator.farm import COMPILE_RESOURCE, GPU_RESOURCE, compile_resources
+from raycompile.orchestrator.remote import COMPILE_RESOURCE, GPU_RESOURCE, compile_resources
 from raycompile.orchestrator.variants import placement
 from raycompile.precompile import InputSpec, VariantResult, load_entry, load_spec, make_inputs, parse_spec, table
 from raycompile.spec import json_schema, schema_text
