@@ -120,6 +120,12 @@ def to_paths(blobs: Mapping[str, bytes], triton_dir: str, inductor_dir: str) -> 
     return out
 
 
+def triton_paths(blobs: Mapping[str, bytes], triton_dir: str) -> dict[str, bytes]:
+    """The Triton cache group files among ``blobs``, as paths under ``triton_dir`` (a Triton cache
+    dir: this process's, or one a GPU node will use)."""
+    return to_paths(triton_blobs(blobs), triton_dir, "")
+
+
 def from_paths(files: Mapping[str, bytes], inductor_dir: str) -> dict[str, bytes]:
     """Paths on this node (and ``triton/`` names as they are) -> blob names: a path under
     ``inductor_dir`` becomes ``inductor/REL``."""

@@ -278,7 +278,7 @@ def publish_triton_files(files: dict[str, bytes], triton_dir: str) -> None:
     if files:
         from ..cache.files import publish
 
-        publish(keys.to_paths(keys.triton_blobs(files), triton_dir, ""))
+        publish(keys.triton_paths(files, triton_dir))
 
 
 class GPUTiming:

@@ -39,7 +39,7 @@ def compile_kernels(farm: Farm, jobs: list[TritonJob], out_dir: str | None = Non
         if isinstance(result, Built):
             report.compiled += 1
             if out_dir:
-                report.files_written += publish(keys.to_paths(keys.triton_blobs(result.files), out_dir, ""))
+                report.files_written += publish(keys.triton_paths(result.files, out_dir))
         else:
             report.failed.append(result)
     report.compiled += len(report.failed)
