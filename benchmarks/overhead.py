@@ -13,7 +13,14 @@ the model's build, ``raycompile.enable()`` and the first call apart:
 - Mega-Cache, fresh node: empty caches, ``load_cache_artifacts`` of that Mega-Cache, then the call;
 - farm cold (default settings, joining the running Ray cluster; shared tier ``file://`` or
   ``ray://head``);
-- farm warm, fresh node: empty local raycompile, Inductor and Triton caches, the same shared tier.
+- farm warm, fresh node: empty local raycompile, Inductor and Triton caches, the same shared tier;
+- frames cold / frames warm, fresh node: the same two with ``RAYCOMPILE_DYNAMO_CACHE=1`` (compiled
+  frames in the tiers: the warm node skips Dynamo, AOTAutograd and lowering).
+
+"compile s" is what compiling costs a case, with the imports and the model's build counted apart:
+``enable()`` (frames cases: it imports Dynamo, which stock imports in ``torch.compile``), the
+Mega-Cache load, ``torch.compile`` and the first call. ``--profile`` writes a cProfile of that part of
+the warm frames case (``overhead_<label>_<model>_frames_profile.txt``).
 
 A Ray cluster is started first (``ray start --head``), as on a node of a cluster; raycompile
 joins it with no address (its current-cluster file) and no secret (the cluster holds one).
@@ -34,7 +41,7 @@ from typing import Any
 
 HERE = pathlib.Path(__file__).resolve().parent
 CASES = ("stock-cold", "stock-warm", "megacache", "farm-cold-file", "farm-warm-file", "farm-cold-head",
-         "farm-warm-head")
+         "farm-warm-head", "frames-cold-file", "frames-warm-file")
 
 
 # -- the child: one case, one process ---------------------------------------------------------------
@@ -88,7 +95,14 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
     import transformers  # noqa: F401 - counted with the imports
 
     t_import = time.perf_counter() - t0
-    farm = case.startswith("farm")
+    farm = case.startswith(("farm", "frames"))
+    profile_to = os.environ.get("OVERHEAD_PROFILE")
+    profiler = None
+    if profile_to:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     t1 = time.perf_counter()
     if farm:
         import raycompile
@@ -100,15 +114,27 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
         t = time.perf_counter()
         torch.compiler.load_cache_artifacts(pathlib.Path(megacache).read_bytes())
         t_load = time.perf_counter() - t
+    if profiler is not None:
+        profiler.disable()
     t2 = time.perf_counter()
     step, args = build(model, device)
     t_build = time.perf_counter() - t2
+    if profiler is not None:
+        profiler.enable()
     t3 = time.perf_counter()
-    loss = torch.compile(step)(*args)
+    compiled = torch.compile(step)
+    t_compile = time.perf_counter() - t3
+    loss = compiled(*args)
     if device == "cuda":
         torch.cuda.synchronize()
     first_output = time.time()
     t_call = time.perf_counter() - t3
+    if profiler is not None:
+        import pstats
+
+        profiler.disable()
+        with open(profile_to, "w") as f:
+            pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(80)
     stats: dict[str, Any] = {}
     if farm:
         import raycompile
@@ -121,11 +147,14 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
             pathlib.Path(megacache).write_bytes(saved[0])
     print("RESULT " + json.dumps({
         "imports_s": t_import, "enable_s": t_enable, "load_s": t_load, "build_s": t_build, "call_s": t_call,
+        "torch_compile_s": t_compile,
         "first_output_epoch": first_output, "loss": float(loss.float()),
         "jobs": stats.get("jobs"), "jobs_local": stats.get("jobs_local"), "benchmarks": stats.get("benchmarks"),
         "tuned_here": stats.get("benchmarks_local"), "winners_cached": stats.get("autotune_cached"),
         "local_hits": stats.get("local_hits"),
         "fallbacks": stats.get("fallbacks"), "refused": stats.get("refused"), "shared_hits": stats.get("shared_hits"),
+        "frames_loaded": stats.get("dynamo_frames_loaded"), "frames_traced": stats.get("dynamo_frames_traced"),
+        "frames_published": stats.get("dynamo_published"), "frames_unsaveable": stats.get("dynamo_unsaveable"),
     }), flush=True)
 
 
@@ -133,6 +162,8 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
 
 
 def run_case(case: str, model: str, device: str, env: dict[str, str], megacache: str, timeout: float) -> dict:
+    if case.startswith("frames"):
+        env = {**env, "RAYCOMPILE_DYNAMO_CACHE": "1"}
     started = time.time()
     proc = subprocess.run([sys.executable, __file__, "--child", case, "--models", model, "--device", device,
                            "--megacache", megacache], capture_output=True, text=True, env={**os.environ, **env},
@@ -190,7 +221,7 @@ def fresh(work: pathlib.Path, tag: str) -> dict[str, str]:
 
 
 def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray_env: dict[str, str],
-              timeout: float) -> dict[str, dict]:
+              timeout: float, profile: str | None = None) -> dict[str, dict]:
     megacache = str(work / f"{model}.megacache")
     stock = fresh(work, f"{model}-stock")
     envs = {
@@ -201,7 +232,13 @@ def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray
                            "RAYCOMPILE_SHARED_CACHE": f"file://{work / model / 'shared'}"},
         "farm-cold-head": {**fresh(work, f"{model}-farm-head-a"), **ray_env, "RAYCOMPILE_SHARED_CACHE": "ray://head"},
         "farm-warm-head": {**fresh(work, f"{model}-farm-head-b"), **ray_env, "RAYCOMPILE_SHARED_CACHE": "ray://head"},
+        "frames-cold-file": {**fresh(work, f"{model}-frames-a"), **ray_env,
+                             "RAYCOMPILE_SHARED_CACHE": f"file://{work / model / 'shared-frames'}"},
+        "frames-warm-file": {**fresh(work, f"{model}-frames-b"), **ray_env,
+                             "RAYCOMPILE_SHARED_CACHE": f"file://{work / model / 'shared-frames'}"},
     }
+    if profile:
+        envs["frames-warm-file"]["OVERHEAD_PROFILE"] = f"{profile}_{model}_frames_profile.txt"
     out = {}
     for case in CASES:
         if case in cases:
@@ -210,8 +247,9 @@ def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray
             print(f"  {model:<8}{case:<16} start->output {r['start_to_output_s']:7.2f} s  "
                   f"(imports {r['imports_s']:.2f}, "
                   f"enable {r['enable_s']:.2f}, load {r['load_s']:.2f}, build {r['build_s']:.2f}, "
-                  f"first call {r['call_s']:.2f})  jobs {_jobs(r)}  fallbacks {r['fallbacks']}  "
-                  f"shared hits {r['shared_hits']}  loss {r['loss']:.6f}", flush=True)
+                  f"first call {r['call_s']:.2f}, of which torch.compile {r['torch_compile_s']:.2f})  jobs {_jobs(r)}  "
+                  f"fallbacks {r['fallbacks']}  shared hits {r['shared_hits']}  frames loaded {r['frames_loaded']} "
+                  f"traced {r['frames_traced']}  loss {r['loss']:.6f}", flush=True)
     return out
 
 
@@ -222,16 +260,25 @@ def _jobs(r: dict) -> str:
     return str(r["jobs"] + (r.get("jobs_local") or 0))
 
 
+def compile_s(r: dict) -> float:
+    """What compiling cost the case, imports and the model's build apart."""
+    return r["enable_s"] + r["load_s"] + r["call_s"]
+
+
 def table(results: dict[str, dict[str, dict]]) -> str:
     lines = [f"{'model':<9}{'case':<17}{'enable s':>9}{'first call s':>13}{'start->output s':>16}"
-             f"{'x stock':>9}{'jobs':>6}{'benchmarks':>11}{'loss':>12}"]
+             f"{'x stock':>9}{'compile s':>10}{'x stock':>9}{'x mega':>8}{'jobs':>6}{'frames l/t':>11}{'loss':>12}"]
     for model, rows in results.items():
         for case, r in rows.items():
             base = rows.get("stock-cold" if "cold" in case else "stock-warm")
             ratio = r["start_to_output_s"] / base["start_to_output_s"] if base else float("nan")
+            cratio = compile_s(r) / compile_s(base) if base else float("nan")
+            mega = rows.get("megacache")
+            mratio = compile_s(r) / compile_s(mega) if mega and "cold" not in case else float("nan")
+            frames = "" if r.get("frames_loaded") is None else f"{r['frames_loaded']}/{r['frames_traced']}"
             lines.append(f"{model:<9}{case:<17}{r['enable_s'] + r['load_s']:>9.2f}{r['call_s']:>13.2f}"
-                         f"{r['start_to_output_s']:>16.2f}{ratio:>9.2f}{_jobs(r):>6}"
-                         f"{r['benchmarks'] if r['benchmarks'] is not None else '':>11}{r['loss']:>12.6f}")
+                         f"{r['start_to_output_s']:>16.2f}{ratio:>9.2f}{compile_s(r):>10.2f}{cratio:>9.2f}"
+                         f"{mratio:>8.2f}{_jobs(r):>6}{frames:>11}{r['loss']:>12.6f}")
     return "\n".join(lines)
 
 
@@ -244,6 +291,7 @@ def main() -> int:
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
     p.add_argument("--timeout", type=float, default=900, help="seconds one case may take")
     p.add_argument("--label", default="local")
+    p.add_argument("--profile", action="store_true", help="cProfile the warm frames case's compile")
     p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     args = p.parse_args()
     import torch
@@ -262,7 +310,8 @@ def main() -> int:
     path = args.out / f"overhead_{args.label}.json"
     try:
         for model in args.models:
-            results[model] = run_model(model, device, args.cases, work, ray_env, args.timeout)
+            results[model] = run_model(model, device, args.cases, work, ray_env, args.timeout,
+                                       profile=str(args.out / f"overhead_{args.label}") if args.profile else None)
             doc["results"] = results  # written after each model: a time-out keeps what finished
             path.write_text(json.dumps(doc, indent=1))
     finally:

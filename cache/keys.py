@@ -27,6 +27,10 @@ import os
 from collections.abc import Mapping, Sequence
 
 KEY_VERSION = 1  # bump when the layout of what is cached changes
+# In torch.compiler.config.cache_key_tag while enabled (wrapper/codegen.py's output modules import
+# raycompile's runtime): the wrapper class is not in Inductor's FX-graph key, so without it
+# farm-made and stock modules would share cache entries.
+OUTPUT_MODULE_TAG = "raycompile-output-module-v1"
 
 TRITON = "triton/"
 INDUCTOR = "inductor/"
@@ -90,6 +94,24 @@ def module_key(kind: str, inductor_key: str) -> str:
     """The entry of a whole compiled module Inductor's remote cache stores (``kind``: "fx" for an
     FX-graph entry, "aot" for an AOTAutograd one) under Inductor's own key."""
     return hashlib.sha256(f"raycompile-module:{kind}:{inductor_key}".encode()).hexdigest()
+
+
+FRAMES_GENERATIONS = 8  # a compiled function's entry, published again after recompiles, at most this often
+
+
+def frames_key(identity: Mapping[str, object]) -> str:
+    """A compiled function's Dynamo precompile entry (``wrapper/frames.py``): ``identity`` names the
+    function and its module source, the model it closes over, the compile options, the configs and
+    the versions and GPU (any JSON-able mapping; equal mappings give equal keys)."""
+    doc = {"v": KEY_VERSION, "kind": "dynamo-frames", "identity": identity}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+def frames_generation(base: str, generation: int) -> str:
+    """Generation ``generation`` of the entry ``base``: tiers never replace an entry, and a
+    function's entry grows when a warm node meets a new shape, so each publish is a new key;
+    a loader takes the newest that loads."""
+    return f"{base}.g{generation}"
 
 
 # --- the blobs of an entry --------------------------------------------------------------------

@@ -140,6 +140,31 @@ class Cache:
         self.stats.add(misses=1)
         return None
 
+    def lookup_many(self, keys: list[str]) -> dict[str, Entry | Miss]:
+        """Every key's entry: the local tier's, else the shared tier's (the keys the local tier
+        lacks in ONE batched round trip; a hit is copied to the local tier). Not counted as kernel
+        lookups (``local_hits``/``misses``); corrupt and refused entries are (``corrupt``,
+        ``refused``). For entries looked up together, such as the generations of one entry."""
+        out: dict[str, Entry | Miss] = {}
+        for key in keys:
+            out[key] = self.local.get(key) if self.local is not None else Miss("absent")
+        wanted = [k for k, v in out.items() if not isinstance(v, Entry)]
+        for key in wanted:
+            if out[key].reason != "absent":  # type: ignore[union-attr]
+                self._count(out[key], self.local)  # type: ignore[arg-type]
+        if self.shared is not None and wanted:
+            for key, got in get_many(self.shared, wanted).items():
+                if isinstance(got, Entry):
+                    out[key] = got
+                    if self.local is not None:
+                        self._copy_to_local(got)
+                else:
+                    self._count(got, self.shared)
+                    if got.reason != "absent":
+                        out[key] = got
+        self.stats.add(bytes_read=sum(v.size for v in out.values() if isinstance(v, Entry)))
+        return out
+
     def _copy_to_local(self, entry: Entry) -> None:
         def copy() -> None:
             try:

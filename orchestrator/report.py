@@ -40,7 +40,23 @@ def summary(stats: Mapping[str, Any], records: list[JobRecord], node_names: Mapp
         for r in slow:
             lines.append(f"    {r.seconds:>7.2f} s  {r.outcome:<10} {r.label[:90]}")
     lines.extend(autotune_lines(stats))
+    lines.extend(frames_lines(stats))
     return "\n".join(lines)
+
+
+def frames_lines(stats: Mapping[str, Any]) -> list[str]:
+    """Which path served each compiled function's frames (settings.dynamo_cache), [] if unused."""
+    functions = stats.get("dynamo_functions") or {}
+    if not functions and not stats.get("dynamo_unkeyed"):
+        return []
+    lines = [f"  compiled frames: {stats.get('dynamo_frames_loaded', 0)} loaded from entries "
+             f"(no Dynamo, no AOTAutograd), {stats.get('dynamo_frames_traced', 0)} traced; entries "
+             f"published {stats.get('dynamo_published', 0)}, invalid here {stats.get('dynamo_invalid', 0)}, "
+             f"unkeyed {stats.get('dynamo_unkeyed', 0)}"]
+    for name, row in sorted(functions.items()):
+        gen = f"   generation {row['generation']}" if row.get("generation") is not None else ""
+        lines.append(f"    {name[:70]:<72}loaded {row['loaded']:>3}   traced {row['traced']:>3}{gen}")
+    return lines
 
 
 def autotune_lines(stats: Mapping[str, Any]) -> list[str]:

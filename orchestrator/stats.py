@@ -70,6 +70,19 @@ class Stats:
         self.autotune_cached = 0  # kernels whose stored winner was used: nothing benchmarked
         self.benchmarks_verified = 0  # apparent fastest candidates timed again in the driver (confirm_fastest)
         self.gpus: Counter[str] = Counter()  # GPU id (node/index) -> candidates timed there
+        # Dynamo precompile entries (settings.dynamo_cache; wrapper/frames.py): which path served
+        # each compiled frame
+        self.dynamo_hits = 0  # compiled functions loaded from an entry: no Dynamo, no AOTAutograd
+        self.dynamo_misses = 0  # compiled functions with no usable entry: traced as stock does
+        self.dynamo_frames_loaded = 0  # compiled frame variants installed from entries
+        self.dynamo_frames_traced = 0  # frames Dynamo traced (a miss, or a guard miss after a load)
+        self.dynamo_published = 0  # entries (generations) written to the tiers
+        self.dynamo_invalid = 0  # entries that verified but do not install here (another source, versions)
+        self.dynamo_unkeyed = 0  # loads with no key (not from torch.compile, or an unkeyable model)
+        self.dynamo_incomplete = 0  # packages left unwritten at close: a frame lacked its backend
+        self.dynamo_full = 0  # publishes skipped: the function's entry used every generation
+        self.dynamo_unsaveable = 0  # frames torch cannot save (cannot name their code): traced on every node
+        self.dynamo_functions: dict[str, dict[str, Any]] = {}  # function -> its path and frame counts
 
     def add(self, **deltas: float) -> None:
         with self._lock:
@@ -107,6 +120,14 @@ class Stats:
                 self.records.append(JobRecord(label, node_id, pid, started, seconds,
                                               BENCHMARK_FAILED if failed else BENCHMARKED))
 
+    def frames(self, function: str, **deltas: int) -> None:
+        """Count compiled frames of ``function`` by the path that served them ("loaded" from an
+        entry, "traced" by Dynamo; "generation": the entry generation loaded or last written)."""
+        with self._lock:
+            row = self.dynamo_functions.setdefault(function, {"loaded": 0, "traced": 0, "generation": None})
+            for name, value in deltas.items():
+                row[name] = value if name == "generation" else row[name] + value
+
     def job_records(self) -> list[JobRecord]:
         with self._lock:
             return list(self.records)
@@ -138,4 +159,11 @@ class Stats:
                 "autotune_cached": self.autotune_cached,
                 "benchmarks_verified": self.benchmarks_verified,
                 "gpus": dict(self.gpus),
+                **{k: getattr(self, k) for k in DYNAMO_COUNTERS},
+                "dynamo_functions": {k: dict(v) for k, v in self.dynamo_functions.items()},
             }
+
+
+DYNAMO_COUNTERS = ("dynamo_hits", "dynamo_misses", "dynamo_frames_loaded", "dynamo_frames_traced",
+                   "dynamo_published", "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full",
+                   "dynamo_unsaveable")

@@ -86,8 +86,26 @@ class Session:
 
         self._gate = compat.inductor_entry_gated(self.install)
         self._gate.__enter__()
+        self.frames: Any = None  # wrapper.frames.FrameCache: Dynamo precompile entries in the tiers
+        if settings.dynamo_cache_on:
+            self._install_frames()
         if compat.inductor_loaded():  # then installing costs milliseconds: do it now, for every path in
             self._install_hooks()
+
+    def _install_frames(self) -> None:
+        """Compiled frames from the tiers at ``torch.compile(model)`` (``wrapper/frames.py``). Imports
+        Dynamo now (about a second), which stock pays at the same torch.compile; a hit installs the
+        Inductor hooks before its output modules load, so their kernels come from this cache."""
+        from .cache.keys import OUTPUT_MODULE_TAG
+        from .wrapper.frames import FrameCache
+
+        frames = FrameCache(self.cache, self.stats, self.install, OUTPUT_MODULE_TAG)
+        try:
+            frames.install()
+        except BaseException:
+            self._gate.__exit__(None, None, None)
+            raise
+        self.frames = frames
 
     def _cap(self) -> int | None:
         """The local tier's cap: the setting, else the lasting one (`raycompile cache
@@ -190,6 +208,8 @@ class Session:
         with self._install_lock:
             self._closed = True
         self._gate.__exit__(None, None, None)
+        if self.frames is not None:  # writes what is left while the hooks and tiers are up
+            self.frames.close()
         if self._unbind is not None:
             self._unbind()
         if self.hooks is not None:

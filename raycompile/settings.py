@@ -61,6 +61,12 @@ class Settings:
     profile_gpu_workers: bool = False  # each GPU actor runs its jobs under cProfile (a diagnosis)
     # the counters as Ray metrics (ray_raycompile_*), once Ray is up: orchestrator/metrics.py
     metrics: bool = True
+    # Dynamo precompile entries in the tiers (wrapper/frames.py): torch.compile(model) on a warm node
+    # loads the compiled frames (guards, bytecode, AOTAutograd forward and backward, output modules)
+    # and skips Dynamo tracing, AOTAutograd and lowering. Off by default: torch drops its ID and
+    # closure guards in this mode (raycompile's key stands in for them), and compiles the backward
+    # with the forward. None: on where torch's own TORCH_CACHING_PRECOMPILE=1 asks for the mode.
+    dynamo_cache: bool | None = None
 
     @classmethod
     def resolve(cls, **overrides: Any) -> Settings:
@@ -123,6 +129,13 @@ class Settings:
             raise bad("compile_jobs", "must be 'auto', 'cluster' or 'local'")
         if self.autotune_configs not in ("local", "actors"):
             raise bad("autotune_configs", "must be 'local' or 'actors'")
+
+    @property
+    def dynamo_cache_on(self) -> bool:
+        """Whether Dynamo precompile entries are used (the setting, else TORCH_CACHING_PRECOMPILE)."""
+        if self.dynamo_cache is not None:
+            return self.dynamo_cache
+        return os.environ.get("TORCH_CACHING_PRECOMPILE", "0") in ("1", "true", "True")
 
     @property
     def secret_bytes(self) -> bytes | None:

@@ -5,5 +5,7 @@
 - ``hooks.py``: the Router that sends those jobs to the cache, the farm or the stock pools;
 - ``codegen.py`` / ``runtime.py``: the output module the farm's codegen writes, and what it imports;
 - ``autotune.py`` / ``module_cache.py``: autotune on the GPU actors; FX-graph and AOTAutograd
-  entries in the farm's tiers.
+  entries in the farm's tiers;
+- ``frames.py``: Dynamo precompile entries (compiled frames) in the farm's tiers, so a warm process
+  skips Dynamo and AOTAutograd (``settings.dynamo_cache``).
 """

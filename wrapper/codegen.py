@@ -17,6 +17,7 @@ import ast
 import logging
 from typing import Any
 
+from ..cache.keys import OUTPUT_MODULE_TAG as CACHE_KEY_TAG
 from . import compat
 from .jobs import cpp_source_key, triton_key
 from .runtime import winner_for
@@ -24,9 +25,7 @@ from .runtime import winner_for
 log = logging.getLogger("raycompile.codegen")
 
 DEVICES = ("cuda", "cpu")
-# In torch.compiler.config.cache_key_tag while enabled: the wrapper class is not in Inductor's
-# FX-graph key, so without it farm-made and stock modules would share cache entries.
-CACHE_KEY_TAG = "raycompile-output-module-v1"
+__all__ = ["CACHE_KEY_TAG", "DEVICES", "FarmSubgraphWrapperCodegen", "FarmWrapperCodegen", "definition_key", "with_key"]
 
 STOCK_IMPORT, STOCK_INSTANCE = compat.STOCK_IMPORT, compat.STOCK_INSTANCE
 RUNTIME_IMPORT = "from raycompile.wrapper.runtime import FarmCompile"

@@ -12,6 +12,7 @@ versions it was checked on (``CHECKED_ON``):
 - ``codegen``: the output module's wrapper codegen and futures;
 - ``autotuner``: a compiled kernel's configs and winners, user ``@triton.jit`` kernels;
 - ``autotune``: max-autotune's tuning pool, config benchmarks, the GPU actors' touch points;
+- ``dynamo``: Dynamo's precompile cache (compiled frames a warm process loads instead of tracing);
 - ``toolchain``: what job code (``kernels/``) calls, handed to it as ``TOOLCHAIN``.
 
 ``check()`` verifies that every seam exists in the installed torch; ``tests/unit/test_compat.py``
@@ -24,7 +25,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from . import autotune, autotuner, codegen, cpp, entry, triton
+from . import autotune, autotuner, codegen, cpp, dynamo, entry, triton
 from ._base import SeamMissing, Seams, resolve
 from .autotuner import (
     autotuner_source,
@@ -59,6 +60,7 @@ from .codegen import (
     wrapper_codegen_registered,
 )
 from .cpp import builder_parts, cpp_compiler, cpp_job_parts, cpp_kernel_lines, defining_cpp_kernel
+from .dynamo import compiled_function, frames_stored, source_id
 from .entry import (
     async_compile_class,
     cache_key_tag,
@@ -97,7 +99,7 @@ from .triton import (
 )
 
 FAMILIES = {"entry": entry, "triton": triton, "cpp": cpp, "codegen": codegen, "autotuner": autotuner,
-            "autotune": autotune}
+            "autotune": autotune, "dynamo": dynamo}
 
 # name -> (module, attribute path), every family's
 SEAMS: Seams = {name: seam for family in FAMILIES.values() for name, seam in family.SEAMS.items()}
@@ -221,6 +223,7 @@ __all__ = [
     "compile_only_driver",
     "compile_workers_in_processes",
     "config_dict",
+    "compiled_function",
     "cpp",
     "cpp_compiler",
     "cpp_job_parts",
@@ -229,8 +232,10 @@ __all__ = [
     "defining_cpp_kernel",
     "device_index",
     "driver_triton_cache_dir",
+    "dynamo",
     "entry",
     "fresh_cache",
+    "frames_stored",
     "future_done",
     "fx_graph_key",
     "gpu_driver_check_disabled",
@@ -256,6 +261,7 @@ __all__ = [
     "restrict_autotuner",
     "retarget",
     "retarget_device",
+    "source_id",
     "set_autotuner_device",
     "stock_pools",
     "target_of",

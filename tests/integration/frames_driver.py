@@ -1,0 +1,59 @@
+"""One process of the compiled-frames tests (run as a script): joins a cluster, compiles a CPU model
+with a graph break through the farm with Dynamo precompile entries on, runs a training step, and
+saves its stats, loss and gradients.
+
+    python frames_driver.py ADDRESS SHARED_URL CACHE_DIR OUT.pt BATCH [stock]
+
+With ``stock`` it then also compiles the same step with stock Inductor (raycompile disabled, fresh
+Dynamo and Inductor caches) and saves that loss and those gradients too."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import raycompile
+from raycompile.wrapper import compat
+
+
+class Block(torch.nn.Module):
+    """Two layers with a graph break between them: two compiled frames (``forward`` and its resume
+    function), each with a forward and a backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(32, 48)
+        self.b = torch.nn.Linear(48, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.gelu(self.a(x))
+        torch._dynamo.graph_break()
+        return torch.tanh(self.b(y)).sum()
+
+
+def step(batch: int, compiler: object) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    model = Block()
+    x = torch.randn(batch, 32, requires_grad=True)
+    loss = compiler(model)(x)  # type: ignore[operator]
+    loss.backward()
+    return {"loss": loss.detach(), "x": x.grad, **{n: p.grad for n, p in model.named_parameters()}}
+
+
+def main(address: str, shared: str, cache_dir: str, out_path: str, batch: str, stock: str = "") -> None:
+    raycompile.enable(address=address, shared_cache=shared, cache_dir=cache_dir, dynamo_cache=True, fallback=False)
+    try:
+        result = step(int(batch), torch.compile)
+    finally:
+        raycompile.disable()  # writes what is left
+    saved = {"stats": raycompile.stats(), "result": result, "torch_traced": compat.dynamo.traced_frames()}
+    if stock:
+        torch._dynamo.reset()
+        with compat.fresh_cache():
+            saved["stock"] = step(int(batch), torch.compile)
+    torch.save(saved, out_path)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,102 @@
+"""Compiled frames shared through the tiers (``settings.dynamo_cache``): a CPU model with a graph
+break is compiled in one process, then warm-started in NEW processes (each with its own empty
+raycompile and Inductor cache dirs, the same ``file://`` shared tier, joined to one real Ray
+cluster: the cluster's secret signs the entries, nothing configured):
+
+- the warm process traces nothing (raycompile's count and Dynamo's own), runs no job, and
+  computes bitwise the loss and gradients of the process that compiled;
+- another batch size (a guard miss on the loaded frames) is traced and compiled, bitwise equal to
+  stock Inductor in the same process, and written as the next generation, which a later process
+  loads with both shapes;
+- an entry whose bytes were changed in the shared tier is never unpickled: counted corrupt, traced.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from raystart import ray_cluster
+
+pytestmark = pytest.mark.slow  # five compiling subprocesses
+
+DRIVER = pathlib.Path(__file__).with_name("frames_driver.py")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    with ray_cluster(head_cpus=2) as c:
+        yield c.address
+
+
+def run(address: str, shared: str, where: pathlib.Path, batch: int, stock: bool = False) -> dict[str, Any]:
+    """A new process with empty local caches of its own (``where``): the driver's saved results."""
+    out = where / "out.pt"
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"), "TRITON_CACHE_DIR": str(where / "triton")}
+    env.pop("RAYCOMPILE_SECRET", None)
+    args = [address, shared, str(where / "raycompile"), str(out), str(batch)] + (["stock"] if stock else [])
+    proc = subprocess.run([sys.executable, str(DRIVER), *args], env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return torch.load(out, weights_only=False)
+
+
+def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_compiled_frames_warm_start_another_process(cluster: str, tmp_path: pathlib.Path) -> None:
+    shared = f"file://{tmp_path / 'shared'}"
+    cold = run(cluster, shared, tmp_path / "a", 8)
+    s = cold["stats"]
+    assert s["dynamo_misses"] == 1 and s["dynamo_frames_traced"] == 2 and s["dynamo_published"] == 1, s
+    assert s["jobs"] + s["jobs_local"] > 0 and cold["torch_traced"] == 2
+
+    warm = run(cluster, shared, tmp_path / "b", 8)
+    w = warm["stats"]
+    # no Dynamo trace (raycompile's count and Dynamo's own), no AOTAutograd, no compile job
+    assert w["dynamo_hits"] == 1 and w["dynamo_frames_loaded"] == 2 and w["dynamo_frames_traced"] == 0, w
+    assert warm["torch_traced"] == 0
+    assert w["jobs"] == 0 and w["jobs_local"] == 0 and w["fallbacks"] == 0 and w["shared_hits"] > 0, w
+    assert w["dynamo_functions"] == {"__main__.Block.forward": {"loaded": 2, "traced": 0, "generation": 0}}
+    assert equal(warm["result"], cold["result"])
+
+    # another batch size: the loaded frames' guards fail; traced, compiled, bitwise stock's
+    other = run(cluster, shared, tmp_path / "c", 5, stock=True)
+    o = other["stats"]
+    assert o["dynamo_hits"] == 1 and o["dynamo_frames_loaded"] == 2 and o["dynamo_frames_traced"] == 2, o
+    assert o["dynamo_published"] == 1 and o["dynamo_invalid"] == 0, o
+    assert equal(other["result"], other["stock"])
+    assert not torch.equal(other["result"]["x"].sum(), cold["result"]["x"].sum())  # really another input
+
+    # generation 1 holds both shapes: a new process loads it and traces neither
+    for batch, expected in ((5, other["result"]), (8, cold["result"])):
+        again = run(cluster, shared, tmp_path / f"d{batch}", batch)
+        a = again["stats"]
+        assert a["dynamo_frames_loaded"] == 4 and a["dynamo_frames_traced"] == 0 and again["torch_traced"] == 0, a
+        assert a["jobs"] == 0 and a["jobs_local"] == 0, a
+        assert equal(again["result"], expected)
+
+
+def test_a_changed_entry_is_never_loaded(cluster: str, tmp_path: pathlib.Path) -> None:
+    shared_dir = tmp_path / "shared"
+    cold = run(cluster, f"file://{shared_dir}", tmp_path / "a", 8)
+    assert cold["stats"]["dynamo_published"] == 1
+    manifests = [m for m in shared_dir.rglob("manifest.json") if "compiled frames of" in m.read_text()]
+    assert len(manifests) == 1
+    blobs = [p for p in manifests[0].parent.iterdir() if p.name != "manifest.json"]
+    for blob in blobs:  # the pickled entry, one byte changed (a pickle that would run other code)
+        data = bytearray(blob.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        blob.write_bytes(bytes(data))
+    warm = run(cluster, f"file://{shared_dir}", tmp_path / "b", 8)
+    w = warm["stats"]
+    assert w["corrupt"] >= 1 and w["dynamo_hits"] == 0 and w["dynamo_invalid"] == 0, w
+    assert w["dynamo_frames_traced"] == 2 and warm["torch_traced"] == 2, w
+    assert equal(warm["result"], cold["result"])

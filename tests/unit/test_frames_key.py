@@ -1,0 +1,142 @@
+"""The key of a compiled function's frames (``wrapper/frames.py``): what torch's own id (qualname
+and line) leaves out must change it, and what names only this machine or process must not. Keys are
+taken from real ``torch.compile`` calls, through the seam that serves them (``compat.frames_stored``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import warnings
+from typing import Any
+
+import pytest
+import torch
+
+from raycompile.cache.keys import OUTPUT_MODULE_TAG as CACHE_KEY_TAG
+from raycompile.cache.keys import frames_key
+from raycompile.orchestrator import Stats
+from raycompile.wrapper import compat
+from raycompile.wrapper.frames import FrameCache
+
+
+class Net(torch.nn.Module):
+    def __init__(self, act: Any = torch.nn.functional.relu, width: int = 16) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, width)
+        self.act = act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.lin(x))
+
+
+class Recorder:
+    """A frame store that only records the key each load would use (and loads nothing)."""
+
+    def __init__(self) -> None:
+        self.frames = FrameCache(None, Stats(), lambda: None, CACHE_KEY_TAG)  # type: ignore[arg-type]
+        self.keys: list[str | None] = []
+
+    def load(self, fn: Any, options: dict[str, Any] | None) -> None:
+        self.keys.append(None if options is None else frames_key(self.frames.identity(fn, options)))
+
+    def traced(self, source_id: str) -> None: ...
+
+    def write(self, entry: Any, source_id: str) -> None: ...
+
+
+def key_of(target: Any, **options: Any) -> str:
+    recorder = Recorder()
+    with compat.frames_stored(recorder):
+        torch.compile(target, **options)
+    assert len(recorder.keys) == 1 and recorder.keys[0] is not None
+    return recorder.keys[0]
+
+
+def test_the_same_model_and_options_give_the_same_key() -> None:
+    assert key_of(Net()) == key_of(Net())
+
+
+def test_what_torch_drops_guards_for_changes_the_key() -> None:
+    base = key_of(Net())
+    assert key_of(Net(act=torch.nn.functional.gelu)) != base  # an attribute function (ID guard, dropped)
+    assert key_of(Net(width=24)) != base  # parameter shapes
+    assert key_of(Net().double()) != base  # dtypes
+
+
+def test_compile_options_change_the_key() -> None:
+    base = key_of(Net())
+    keys = {key_of(Net(), mode="max-autotune-no-cudagraphs"), key_of(Net(), dynamic=True),
+            key_of(Net(), fullgraph=True), key_of(Net(), backend="eager"),
+            key_of(Net(), options={"epilogue_fusion": False})}
+    assert base not in keys and len(keys) == 5
+
+
+def test_a_closure_over_a_model_is_keyed_by_that_model() -> None:
+    def make(model: torch.nn.Module) -> Any:
+        def step(x: torch.Tensor) -> torch.Tensor:
+            return model(x).sum()
+        return step
+
+    assert key_of(make(Net())) == key_of(make(Net()))
+    assert key_of(make(Net(act=torch.nn.functional.gelu))) != key_of(make(Net()))
+
+
+def test_loads_outside_torch_compile_are_unkeyed() -> None:
+    recorder = Recorder()
+    with compat.frames_stored(recorder):
+        from torch._dynamo.package import DynamoCache  # noqa: PLC0415 - the seam itself, as Dynamo calls it
+
+        DynamoCache.load(Net().forward)
+    assert recorder.keys == [None]
+
+
+PROBE = """
+import json, sys, torch
+sys.path.insert(0, {here!r})
+from test_frames_key import Net, key_of
+print(json.dumps(key_of(Net())))
+"""
+
+
+def test_the_key_is_the_same_in_another_process_with_other_dirs_and_threads(tmp_path: pathlib.Path) -> None:
+    """Hash seeds (set order), cache dirs and thread counts differ between nodes; keys must not."""
+    here = str(pathlib.Path(__file__).parent)
+    keys = set()
+    for i, (seed, threads) in enumerate((("1", "1"), ("2", "2"))):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / str(i)),
+               "TORCHINDUCTOR_COMPILE_THREADS": threads}
+        out = subprocess.run([sys.executable, "-c", PROBE.format(here=here)], env=env, capture_output=True, text=True,
+                             timeout=300, check=True)
+        keys.add(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert len(keys) == 1
+
+
+def test_frames_stored_restores_torch_exactly() -> None:
+    import torch._dynamo.config as dconfig
+    import torch._functorch.config as fconfig
+    from torch._dynamo import package
+
+    before = (type(package.DynamoCache), dconfig.caching_precompile, fconfig.bundled_autograd_cache,
+              fconfig.force_non_lazy_backward_lowering, list(warnings.filters))
+    with compat.frames_stored(Recorder()):
+        assert type(package.DynamoCache) is not before[0] and dconfig.caching_precompile
+    after = (type(package.DynamoCache), dconfig.caching_precompile, fconfig.bundled_autograd_cache,
+             fconfig.force_non_lazy_backward_lowering, list(warnings.filters))
+    assert after == before
+
+
+@pytest.mark.parametrize("value, env, on", [(None, "1", True), (None, None, False), (False, "1", False),
+                                            (True, None, True)])
+def test_the_setting_follows_torchs_own_switch_unless_set(value: Any, env: Any, on: bool,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from raycompile.settings import Settings
+
+    if env is None:
+        monkeypatch.delenv("TORCH_CACHING_PRECOMPILE", raising=False)
+    else:
+        monkeypatch.setenv("TORCH_CACHING_PRECOMPILE", env)
+    monkeypatch.delenv("RAYCOMPILE_DYNAMO_CACHE", raising=False)
+    assert Settings.resolve(dynamo_cache=value).dynamo_cache_on is on

@@ -1,0 +1,353 @@
+"""Compiled frames in the tiers: a warm process's ``torch.compile(model)`` loads what another
+process compiled (Dynamo's guards and bytecode, the AOTAutograd forward and backward, their output
+modules) and skips Dynamo tracing, AOTAutograd and Inductor's lowering; the output modules' kernels
+and autotune winners then come from the farm's cache as usual. On with ``settings.dynamo_cache``.
+
+The storage is Dynamo's own precompile cache, redirected (``compat.frames_stored``); this module
+decides what an entry is called, where it lives, and when it is written:
+
+- Key (``cache.keys.frames_key``): torch's id of a compiled function is its qualname and first line,
+  nothing else. raycompile's adds the module and a hash of its source; the model the function
+  belongs to or closes over (its module tree: types, non-tensor attributes, functions by name,
+  parameter and buffer shapes, dtypes, devices; torch drops the ID and closure guards that would
+  tell a GELU model from a ReLU one in this mode); the compile options (backend, Inductor's config
+  with mode and options applied, dynamic, fullgraph); Dynamo's and AOTAutograd's configs; the
+  python, torch, CUDA, triton versions and the GPU name; and the output-module tag.
+- Generations (``KEY.g0`` .. ``KEY.g7``): tiers never replace an entry, and a function's entry
+  grows when a process meets a new shape (a guard miss traces it, and the entry written then holds
+  the old frames and the new). A load looks up every generation in one batch and installs the
+  newest that loads; a write takes the next free one.
+- Nothing is unpickled before the tier verified the entry's signature and sha256. Then the entry is
+  checked (``compat.loads``: versions, inlined sources unchanged, backends present, guards
+  unpickle); one that fails is counted ``dynamo_invalid`` and an older generation, else tracing,
+  takes over. A guard miss on a loaded function traces as stock does (counted).
+- Writing: in the background, once no frame was traced for ``PUBLISH_DELAY_S`` and Dynamo is not
+  compiling (so the frames of one step, a graph break's resume functions, go into one generation);
+  ``close()`` and the interpreter's exit write what is left. Only complete packages are written
+  (each frame with its forward and backward). A frame torch cannot save (it cannot name its code:
+  a function reached through a property; an object Dynamo installed by id, other than a module) is
+  compiled as usual and left out, counted ``dynamo_unsaveable``: a warm process traces it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import inspect
+import logging
+import sys
+import threading
+import types
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .._version import __version__
+from ..cache import Cache, Entry
+from ..cache.keys import FRAMES_GENERATIONS, frames_generation, frames_key
+from . import compat
+
+log = logging.getLogger("raycompile.frames")
+
+# an entry is written once no frame was traced for this long and none is being compiled
+PUBLISH_DELAY_S = 5.0
+BLOB = "entry"
+_DESCRIBE_DEPTH = 3  # how deep non-module attributes (configs) are described
+_DESCRIBE_ITEMS = 64  # items of a container described, beyond which its length stands in
+
+
+@dataclass
+class _Known:
+    """A function this process keyed: its base key, the next generation to write, its label, and
+    how many frames its last written (or loaded) entry had."""
+
+    base: str
+    next_generation: int
+    label: str
+    written_frames: int = 0
+
+
+class FrameCache:
+    """``cache``: the session's tiers; ``stats``: its counters; ``before_load``: called before an
+    entry is installed (the session installs its Inductor hooks there, so the output modules'
+    kernels come from the farm's cache); ``output_tag``: the output modules' cache-key tag."""
+
+    def __init__(self, cache: Cache, stats: Any, before_load: Callable[[], None], output_tag: str,
+                 publish_delay_s: float = PUBLISH_DELAY_S) -> None:
+        self.cache, self.stats, self.before_load = cache, stats, before_load
+        self.output_tag = output_tag
+        self.publish_delay_s = publish_delay_s
+        self._known: dict[str, _Known] = {}  # torch's source id -> ours
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._closed = False
+        self._installed: Any = None
+
+    # -- on and off ----------------------------------------------------------------------------
+
+    def install(self) -> None:
+        self._installed = compat.frames_stored(self)
+        self._installed.__enter__()
+        atexit.register(self._at_exit)
+
+    def close(self) -> None:
+        """Write what is complete and unwritten, then hand Dynamo's cache back to torch."""
+        with self._lock:
+            self._closed = True
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        self.publish(final=True)
+        atexit.unregister(self._at_exit)
+        if self._installed is not None:
+            self._installed.__exit__(None, None, None)
+            self._installed = None
+
+    def _at_exit(self) -> None:
+        """A script that exits without ``disable()``: its frames are still written."""
+        if not self._closed:
+            self.publish(final=True)
+
+    # -- what Dynamo's cache calls -------------------------------------------------------------
+
+    def load(self, fn: Callable[..., Any], options: dict[str, Any] | None) -> Any | None:
+        """The newest entry of ``fn`` compiled with ``options`` that loads here, else None."""
+        if options is None:
+            self.stats.add(dynamo_unkeyed=1)
+            return None
+        try:
+            sid = compat.source_id(fn)
+            label = _label(fn)
+            base = frames_key(self.identity(fn, options))
+        except Exception as e:  # noqa: BLE001 - a function torch or we cannot name: traced as stock
+            self.stats.add(dynamo_unkeyed=1)
+            log.debug("raycompile: no precompile key for %r (%s: %s); tracing it", fn, type(e).__name__, e)
+            return None
+        keys = [frames_generation(base, g) for g in range(FRAMES_GENERATIONS)]
+        found = self.cache.lookup_many(keys)
+        taken = [g for g, k in enumerate(keys) if k in found and not _absent(found[k])]
+        known = _Known(base, max(taken, default=-1) + 1, label)
+        with self._lock:
+            self._known[sid] = known
+        for g in reversed(taken):
+            got = found[keys[g]]
+            if not isinstance(got, Entry):  # refused or corrupt: counted by the cache, never unpickled
+                continue
+            try:
+                self.before_load()
+                entry = compat.dynamo.loads(zlib.decompress(got.blobs[BLOB]))
+                frames = compat.dynamo.frames_in(entry)
+                compat.dynamo.loaded(entry)
+            except Exception as e:  # noqa: BLE001 - any reason it does not install here: an older one, else trace
+                self.stats.add(dynamo_invalid=1)
+                log.debug("raycompile: precompile entry %s of %s does not load here (%s: %s)", g, label,
+                          type(e).__name__, str(e)[:300])
+                continue
+            known.written_frames = frames
+            self.stats.add(dynamo_hits=1, dynamo_frames_loaded=frames)
+            self.stats.frames(label, loaded=frames, generation=g)
+            log.debug("raycompile: %s: %d compiled frames loaded (generation %d)", label, frames, g)
+            return entry
+        self.stats.add(dynamo_misses=1)
+        return None
+
+    def traced(self, sid: str) -> None:
+        """Dynamo traced a frame of function ``sid``: count it, and write its entry soon."""
+        known = self._known.get(sid)
+        self.stats.add(dynamo_frames_traced=1)
+        if known is not None:
+            self.stats.frames(known.label, traced=1)
+        self._schedule()
+
+    def unsaveable(self, sid: str, why: str) -> None:
+        """A frame of ``sid`` torch cannot save: compiled as usual, left out of the entry."""
+        self.stats.add(dynamo_unsaveable=1)
+        log.debug("raycompile: a compiled frame of %s is not saved (%s); other processes trace it",
+                  getattr(self._known.get(sid), "label", sid), why)
+
+    def write(self, entry: Any, sid: str) -> None:
+        """Write ``entry`` (what Dynamo's ``save_to_dynamo_cache`` made for ``sid``) as the next
+        generation of its key."""
+        known = self._known.get(sid)
+        if known is None:  # compiled outside torch.compile's load: no key to file it under
+            return
+        if known.next_generation >= FRAMES_GENERATIONS:
+            self.stats.add(dynamo_full=1)
+            log.debug("raycompile: %s used all %d entry generations; not written again", known.label,
+                      FRAMES_GENERATIONS)
+            return
+        entry, dropped = compat.dynamo.portable(entry)
+        if dropped:
+            self.stats.add(dynamo_unsaveable=dropped)
+            log.debug("raycompile: %s: %d compiled frames name objects only this process has; left out",
+                      known.label, dropped)
+        blob = zlib.compress(compat.dynamo.dumps(entry), 1)
+        frames = compat.dynamo.frames_in(entry)
+        generation = known.next_generation
+        self.cache.put(Entry(frames_generation(known.base, generation), {BLOB: blob},
+                             {"label": f"compiled frames of {known.label}", "frames": frames,
+                              "generation": generation}))
+        known.next_generation, known.written_frames = generation + 1, frames
+        self.stats.add(dynamo_published=1)
+        self.stats.frames(known.label, generation=generation)
+        log.debug("raycompile: %s: %d compiled frames written (generation %d, %d bytes)", known.label, frames,
+                  generation, len(blob))
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = threading.Timer(self.publish_delay_s, self._publish_when_idle)
+            self._timer.daemon = True
+            self._timer.name = "raycompile-frames"
+            self._timer.start()
+
+    def _publish_when_idle(self) -> None:
+        """The timer's: write now, unless Dynamo is compiling (the next frame of the same step,
+        most likely): then wait again, so one step's frames go into one generation."""
+        with self._lock:
+            self._timer = None
+        if compat.dynamo.compiling():
+            self._schedule()
+            return
+        self.publish()
+
+    def publish(self, final: bool = False) -> int:
+        """Write every keyed function whose complete package has frames its last entry lacks;
+        returns how many. ``final``: also count the packages left incomplete."""
+        try:
+            ready = compat.dynamo.pending()
+            with self._lock:
+                due = {sid for sid, frames in ready.items()
+                       if sid in self._known and frames > self._known[sid].written_frames}
+            if due:
+                compat.dynamo.save(due)
+            if final:
+                left = [sid for sid in compat.dynamo.incomplete() if sid in self._known]
+                if left:
+                    self.stats.add(dynamo_incomplete=len(left))
+            return len(due)
+        except Exception as e:  # noqa: BLE001 - a write that fails costs the next process a trace, never this one
+            log.warning("raycompile: could not write compiled frames to the cache (%s: %s); the next process "
+                        "traces them again", type(e).__name__, e)
+            return 0
+
+    # -- the key ---------------------------------------------------------------------------------
+
+    def identity(self, fn: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
+        """Everything ``fn``'s compiled frames depend on that torch's own id and kept guards miss."""
+        inner = compat.compiled_function(fn)
+        code = getattr(inner, "__code__", None)
+        module = sys.modules.get(getattr(inner, "__module__", "") or "")
+        try:
+            module_source = inspect.getsource(module) if module is not None else ""
+        except (OSError, TypeError):
+            module_source = ""
+        tag = str(torch.compiler.config.cache_key_tag or "")
+        tag = "+".join(t for t in tag.split("+") if t and t != self.output_tag)
+        return {
+            "function": {"module": getattr(inner, "__module__", None), "qualname": getattr(inner, "__qualname__", None),
+                         "line": getattr(code, "co_firstlineno", None),
+                         "module_source": hashlib.sha256(module_source.encode()).hexdigest()},
+            "model": _model_of(fn, inner),
+            "options": options,
+            "config": compat.dynamo.global_config(),
+            "system": compat.dynamo.system(),
+            "raycompile": __version__,
+            "tag": [tag, self.output_tag],
+        }
+
+
+def _absent(got: Any) -> bool:
+    return not isinstance(got, Entry) and got.reason in ("absent", "unavailable")
+
+
+def _label(fn: Callable[..., Any]) -> str:
+    inner = compat.compiled_function(fn)
+    return f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', repr(inner))}"
+
+
+def _model_of(fn: Callable[..., Any], inner: Callable[..., Any]) -> dict[str, Any]:
+    """The objects a compiled function's graph depends on by identity: the module it is a method of,
+    what its closure holds, the globals its code names that are modules or functions, its defaults."""
+    out: dict[str, Any] = {}
+    owner = getattr(fn, "__self__", None)
+    if owner is None:
+        owner = getattr(inner, "__self__", None)
+    if owner is not None:
+        out["self"] = _describe(owner, _DESCRIBE_DEPTH)
+    code = getattr(inner, "__code__", None)
+    cells = getattr(inner, "__closure__", None) or ()
+    if code is not None:
+        out["closure"] = {name: _cell(cell) for name, cell in zip(code.co_freevars, cells)}
+        scope = getattr(inner, "__globals__", {})
+        out["globals"] = {name: _describe(scope[name], _DESCRIBE_DEPTH) for name in sorted(set(_names(code)))
+                          if name in scope and isinstance(scope[name], (torch.nn.Module, types.FunctionType))}
+    defaults = getattr(inner, "__defaults__", None)
+    if defaults:
+        out["defaults"] = [_describe(v, _DESCRIBE_DEPTH) for v in defaults]
+    return out
+
+
+def _names(code: types.CodeType) -> list[str]:
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names.extend(_names(const))
+    return names
+
+
+def _cell(cell: Any) -> Any:
+    try:
+        return _describe(cell.cell_contents, _DESCRIBE_DEPTH)
+    except ValueError:  # an empty cell
+        return None
+
+
+def _describe(value: Any, depth: int) -> Any:
+    """A value, for the key: its identity where the graph may depend on it, never its address."""
+    if isinstance(value, torch.nn.Module):
+        return _module_tree(value)
+    if isinstance(value, torch.Tensor):
+        return ["tensor", list(value.shape), str(value.dtype), str(value.device), value.requires_grad]
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return repr(value)
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)):
+        code = getattr(value, "__code__", None)
+        body = hashlib.sha256(code.co_code).hexdigest()[:16] if code is not None else ""
+        return ["fn", getattr(value, "__module__", None), getattr(value, "__qualname__", repr(value)), body]
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = list(value) if not isinstance(value, (set, frozenset)) else sorted(value, key=repr)
+        if depth <= 0 or len(items) > _DESCRIBE_ITEMS:
+            return [type(value).__name__, len(items)]
+        return [type(value).__name__] + [_describe(v, depth - 1) for v in items]
+    if isinstance(value, dict):
+        if depth <= 0 or len(value) > _DESCRIBE_ITEMS:
+            return ["dict", len(value)]
+        return {str(k): _describe(v, depth - 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    attrs = getattr(value, "__dict__", None)
+    if depth <= 0 or not isinstance(attrs, dict):
+        return kind
+    return [kind, _describe({k: v for k, v in attrs.items() if not k.startswith("__")}, depth - 1)]
+
+
+def _module_tree(module: torch.nn.Module) -> str:
+    """A model's structure, as a hash: each submodule's type and non-tensor attributes, and the
+    shape, dtype, device and requires_grad of its parameters and buffers (not their values)."""
+    rows = []
+    for name, sub in module.named_modules(remove_duplicate=False):
+        attrs = {k: _describe(v, _DESCRIBE_DEPTH - 1) for k, v in sorted(vars(sub).items())
+                 if not k.startswith("_") and k != "training"}
+        tensors = {f"{kind}:{k}": [list(t.shape), str(t.dtype), str(t.device), t.requires_grad]
+                   for kind, group in (("p", sub._parameters), ("b", sub._buffers))
+                   for k, t in group.items() if t is not None}
+        rows.append([name, f"{type(sub).__module__}.{type(sub).__qualname__}", attrs, tensors])
+    return hashlib.sha256(repr(rows).encode()).hexdigest()
