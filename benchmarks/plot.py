@@ -92,7 +92,7 @@ def grouped_bars_png(results: dict[str, dict[str, dict[str, Any]]], path: pathli
     cases = [c for c in dict.fromkeys(c for rows in results.values() for c in rows)]
     fig, ax = plt.subplots(figsize=(9, 0.6 + 0.35 * len(models) * len(cases)))
     labels, values, colors = [], [], []
-    palette = {"stock": "#8c8c8c", "megacache": "#dd8452", "farm": "#4c72b0"}
+    palette = {"stock": "#8c8c8c", "megacache": "#dd8452", "farm": "#4c72b0", "frames": "#55a868"}
     for model in models:
         for case in cases:
             if case in results[model]:

@@ -93,19 +93,16 @@ class Session:
             self._install_hooks()
 
     def _install_frames(self) -> None:
-        """Compiled frames from the tiers at ``torch.compile(model)`` (``wrapper/frames.py``). Imports
-        Dynamo now (about a second), which stock pays at the same torch.compile; a hit installs the
-        Inductor hooks before its output modules load, so their kernels come from this cache."""
+        """Compiled frames from the tiers at ``torch.compile(model)`` (``wrapper/frames.py``). Dynamo
+        and Inductor (seconds, which stock pays inside torch.compile and the first call) are imported
+        on a background thread while the script builds its model; torch.compile waits for that. A hit
+        installs the Inductor hooks before its output modules load, so their kernels come from this
+        cache."""
         from .cache.keys import OUTPUT_MODULE_TAG
         from .wrapper.frames import FrameCache
 
-        frames = FrameCache(self.cache, self.stats, self.install, OUTPUT_MODULE_TAG)
-        try:
-            frames.install()
-        except BaseException:
-            self._gate.__exit__(None, None, None)
-            raise
-        self.frames = frames
+        self.frames = FrameCache(self.cache, self.stats, self.install, OUTPUT_MODULE_TAG)
+        self.frames.install_soon()
 
     def _cap(self) -> int | None:
         """The local tier's cap: the setting, else the lasting one (`raycompile cache

@@ -140,3 +140,34 @@ def test_the_setting_follows_torchs_own_switch_unless_set(value: Any, env: Any, 
         monkeypatch.setenv("TORCH_CACHING_PRECOMPILE", env)
     monkeypatch.delenv("RAYCOMPILE_DYNAMO_CACHE", raising=False)
     assert Settings.resolve(dynamo_cache=value).dynamo_cache_on is on
+
+
+def _local_class() -> type:
+    class Local:  # defined in a function: torch cannot pickle a guard on it
+        scale = 2.0
+
+    return Local
+
+
+def test_a_frame_whose_guards_torch_cannot_save_still_compiles() -> None:
+    """Stock caching_precompile fails the whole compile here (TypeError, or an assertion after a
+    CLASS_MATCH guard); raycompile leaves the frame out of the entry and counts it."""
+    local = _local_class()()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * local.scale if type(local).__name__ == "Local" else x
+
+    class Store(Recorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.unsaved: list[str] = []
+
+        def unsaveable(self, source_id: str, why: str) -> None:
+            self.unsaved.append(why)
+
+    store = Store()
+    torch._dynamo.reset()
+    with compat.frames_stored(store):
+        out = torch.compile(f, backend="eager")(torch.ones(3))
+    assert torch.equal(out, torch.full((3,), 2.0))
+    assert len(store.unsaved) == 1 and "local scope" in store.unsaved[0]

@@ -33,6 +33,7 @@ CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
 
 SEAMS: Seams = {
     "dynamo.config.caching_precompile": ("torch._dynamo.config", "caching_precompile"),
+    "dynamo.config.strict_precompile": ("torch._dynamo.config", "strict_precompile"),
     "functorch.config.bundled_autograd_cache": ("torch._functorch.config", "bundled_autograd_cache"),
     "functorch.config.force_non_lazy_backward_lowering": (
         "torch._functorch.config", "force_non_lazy_backward_lowering"),
@@ -65,6 +66,7 @@ SEAMS: Seams = {
     "package.CompilePackage._add_user_function": ("torch._dynamo.package", "CompilePackage._add_user_function"),
     "package.CompilePackage._add_function": ("torch._dynamo.package", "CompilePackage._add_function"),
     "exc.PackageError": ("torch._dynamo.exc", "PackageError"),
+    "guards.CheckFunctionManager.serialize_guards": ("torch._dynamo.guards", "CheckFunctionManager.serialize_guards"),
     "dynamo.config.get_config_copy": ("torch._dynamo.config", "get_config_copy"),
     "functorch.config.get_config_copy": ("torch._functorch.config", "get_config_copy"),
 }
@@ -140,22 +142,49 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
             try:
                 self._add_user_function(code)
             except PackageError as e:
-                module = inspect.getmodule(code)
-                self._add_function(code, module.__name__ if module is not None else "builtins")
-                self._codes[code].bypassed = True  # compiled, never saved: its guards and backends are skipped
-                store.unsaveable(self.source_id, str(e))
+                found = _resolve_code(code)
+                if found is not None:  # a property's getter, a dataclass's generated __init__
+                    module_name, function_name, code_source = found
+                    self._add_function(code, module_name, function_name=function_name, code_source=code_source)
+                else:
+                    module = inspect.getmodule(code)
+                    self._add_function(code, module.__name__ if module is not None else "builtins")
+                    self._codes[code].bypassed = True  # compiled, never saved: its guards and backends are skipped
+                    store.unsaveable(self.source_id, str(e))
         with stock_code_context(self, code):
             yield
 
+    # A guard torch cannot serialize makes the whole compile fail: a CLASS_MATCH guard (PackageError:
+    # torch bypasses the frame's entry, then asserts that the guards were serialized; 2.11, 2.13),
+    # an object of a class defined in a function (TypeError). Here the frame is bypassed (compiled
+    # as usual, never saved; a warm process traces it).
+    from torch._dynamo.guards import CheckFunctionManager
+
+    stock_serialize = CheckFunctionManager.__dict__["serialize_guards"]
+
+    def serialize_guards(self: Any, *args: Any, **kwargs: Any) -> bytes:
+        try:
+            return stock_serialize(self, *args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - any reason the guards do not pickle: the frame is not saved
+            if dconfig.strict_precompile:
+                raise
+            graph = self.output_graph
+            source = getattr(getattr(graph, "package", None), "source_id", "?")
+            graph.bypass_package(f"Guard evaluation failed: {type(e).__name__}: {e}")
+            store.unsaveable(source, f"{type(e).__name__}: {e}")
+            return b""  # the bypassed entry ignores it (CompilePackage.add_guarded_code)
+
     saved = (dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering)
     quiet = _DroppedGuardNotes()
-    guards_log = logging.getLogger("torch._dynamo.guards")
+    noted = [logging.getLogger(name) for name in _NOTED_LOGGERS]
     cache.__class__ = FarmDynamoCache
     compile_package.code_context = code_context
+    CheckFunctionManager.serialize_guards = serialize_guards
     dconfig.caching_precompile = True
     fconfig.bundled_autograd_cache = True
     fconfig.force_non_lazy_backward_lowering = True
-    guards_log.addFilter(quiet)
+    for logger in noted:
+        logger.addFilter(quiet)
     # serializing guards reads .grad of every tensor source, non-leaf ones too (torch's warning, not the user's)
     warnings.filterwarnings("ignore", message=_NON_LEAF_GRAD, category=UserWarning)
     added = warnings.filters[0]
@@ -165,22 +194,62 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
         with contextlib.suppress(ValueError):
             warnings.filters.remove(added)
         getattr(warnings, "_filters_mutated", lambda: None)()  # the filter caches see the removal
-        guards_log.removeFilter(quiet)
+        for logger in noted:
+            logger.removeFilter(quiet)
         cache.__class__ = stock_class
         compile_package.code_context = stock_code_context
+        CheckFunctionManager.serialize_guards = stock_serialize
         dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering = saved
 
 
+_NOTES = ("is dropped with caching_precompile", "Detected a package bypass")
+_NOTED_LOGGERS = ("torch._dynamo.guards", "torch._dynamo.output_graph")
+
+
+def _resolve_code(code: Any) -> tuple[str, str, str] | None:
+    """(module, qualified name, path to the code from it) for a code object torch cannot name
+    (``_get_code_source`` knows module-level functions, methods, closures and nested functions):
+    a property's getter (``Model.loss_function`` -> ``fget.__code__``) or a function whose code has
+    no source file (a dataclass's generated ``__init__``), found through the function that holds
+    it. The path is checked to lead back to ``code`` in this process. None if there is none."""
+    import gc
+    import types
+
+    for fn in gc.get_referrers(code):
+        if not isinstance(fn, types.FunctionType) or fn.__code__ is not code or "<locals>" in fn.__qualname__:
+            continue
+        obj: Any = sys.modules.get(fn.__module__ or "")
+        for part in fn.__qualname__.split("."):
+            obj = inspect.getattr_static(obj, part, None) if obj is not None else None
+        if isinstance(obj, property) and obj.fget is fn:
+            return fn.__module__, fn.__qualname__, "fget.__code__"
+        if isinstance(obj, (staticmethod, classmethod)):
+            obj = obj.__func__
+        if obj is fn:
+            return fn.__module__, fn.__qualname__, "__code__"
+    return None
+
+
 class _DroppedGuardNotes(logging.Filter):
-    """torch warns once per guard it drops under caching_precompile: hundreds of lines for a
-    model. raycompile's key stands in for those guards (``wrapper/frames.py``), so they go to the
+    """torch warns once per guard it drops under caching_precompile (hundreds of lines for a
+    model), and once per frame it cannot save. raycompile's key stands in for those guards
+    (``wrapper/frames.py``) and counts those frames (``dynamo_unsaveable``), so both go to the
     raycompile.frames debug log instead."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if "is dropped with caching_precompile" in str(record.msg):
+        if any(note in str(record.msg) for note in _NOTES):
             log.debug("torch: " + str(record.msg), *record.args)
             return False
         return True
+
+
+def preimport() -> None:
+    """Import Dynamo and Inductor's compile entry (seconds, which stock pays inside the first
+    ``torch.compile`` and its first call): called on a background thread while the user's script
+    builds its model."""
+    importlib.import_module("torch._dynamo.package")
+    importlib.import_module("torch._dynamo.eval_frame")
+    importlib.import_module("torch._inductor.compile_fx")
 
 
 def _caller_options() -> dict[str, Any] | None:
