@@ -139,8 +139,8 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
     if farm:
         import raycompile
 
+        raycompile.disable()  # writes the compiled frames not written yet
         stats = raycompile.stats()
-        raycompile.disable()
     if case == "stock-cold":
         saved = torch.compiler.save_cache_artifacts()
         if saved is not None:
@@ -155,6 +155,7 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
         "fallbacks": stats.get("fallbacks"), "refused": stats.get("refused"), "shared_hits": stats.get("shared_hits"),
         "frames_loaded": stats.get("dynamo_frames_loaded"), "frames_traced": stats.get("dynamo_frames_traced"),
         "frames_published": stats.get("dynamo_published"), "frames_unsaveable": stats.get("dynamo_unsaveable"),
+        "frames_stats": {k: v for k, v in stats.items() if k.startswith("dynamo_")},
     }), flush=True)
 
 

@@ -93,16 +93,14 @@ class Session:
             self._install_hooks()
 
     def _install_frames(self) -> None:
-        """Compiled frames from the tiers at ``torch.compile(model)`` (``wrapper/frames.py``). Dynamo
-        and Inductor (seconds, which stock pays inside torch.compile and the first call) are imported
-        on a background thread while the script builds its model; torch.compile waits for that. A hit
-        installs the Inductor hooks before its output modules load, so their kernels come from this
-        cache."""
+        """Compiled frames from the tiers at ``torch.compile(model)`` (``wrapper/frames.py``),
+        installed at the first torch.compile (where stock imports Dynamo). A hit installs the
+        Inductor hooks before its output modules load, so their kernels come from this cache."""
         from .cache.keys import OUTPUT_MODULE_TAG
         from .wrapper.frames import FrameCache
 
         self.frames = FrameCache(self.cache, self.stats, self.install, OUTPUT_MODULE_TAG)
-        self.frames.install_soon()
+        self.frames.install_at_compile()
 
     def _cap(self) -> int | None:
         """The local tier's cap: the setting, else the lasting one (`raycompile cache

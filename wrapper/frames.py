@@ -55,7 +55,6 @@ log = logging.getLogger("raycompile.frames")
 
 # an entry is written once no frame was traced for this long and none is being compiled
 PUBLISH_DELAY_S = 5.0
-INSTALL_WAIT_S = 120.0  # torch.compile waits this long for the background import of Dynamo
 BLOB = "entry"
 _DESCRIBE_DEPTH = 3  # how deep non-module attributes (configs) are described
 _DESCRIBE_ITEMS = 64  # items of a container described, beyond which its length stands in
@@ -87,10 +86,7 @@ class FrameCache:
         self._timer: threading.Timer | None = None
         self._closed = False
         self._installed: Any = None
-        self._ready: threading.Thread | None = None  # install_soon's thread
-        self._install_timeout_s = INSTALL_WAIT_S
         self._install_error: Exception | None = None
-        self._warned_slow = False
         self._stock_compile: Any = None
         self._compile: Any = None
 
@@ -102,43 +98,24 @@ class FrameCache:
         self._installed.__enter__()
         atexit.register(self._at_exit)
 
-    def install_soon(self, timeout_s: float = INSTALL_WAIT_S) -> None:
-        """Import Dynamo and Inductor on a background thread while the caller goes on (builds its
-        model), and ``install`` at the next ``torch.compile``, on its thread: torch's configs are
-        per thread, so ``caching_precompile`` is set where the compile runs. That torch.compile
-        waits for the import (at most ``timeout_s``; then it compiles without compiled frames)."""
-        self._install_timeout_s = timeout_s
-        self._ready = threading.Thread(target=self._import_in_background, name="raycompile-frames-import",
-                                       daemon=True)
+    def install_at_compile(self) -> None:
+        """``install`` at the next ``torch.compile``, on its thread: Dynamo is imported there (as
+        stock imports it there), and torch's configs are per thread, so ``caching_precompile`` is
+        set where the compile runs. Importing Dynamo on a thread of our own while the script builds
+        its model was measured: the two contend for the GIL and the build grew more than the
+        compile shrank (README, compiled frames)."""
         stock = torch.compile
 
         @functools.wraps(stock)
         def compile(*args: Any, **kwargs: Any) -> Any:
-            self.wait_installed()
+            self.ensure_installed()
             return stock(*args, **kwargs)
 
         self._stock_compile, self._compile = stock, compile
         torch.compile = compile
-        self._ready.start()
 
-    def _import_in_background(self) -> None:
-        try:
-            compat.dynamo.preimport()
-        except Exception as e:  # noqa: BLE001 - compiled frames are an optimization: compiles go on without
-            self._install_error = e
-            log.warning("raycompile: compiled frames are off for this session: %s: %s", type(e).__name__, e)
-
-    def wait_installed(self) -> None:
-        """On the compiling thread: wait for the background import, then ``install`` (once)."""
-        ready = self._ready
-        if ready is not None and ready.is_alive():
-            ready.join(self._install_timeout_s)
-            if ready.is_alive():
-                if not self._warned_slow:
-                    self._warned_slow = True
-                    log.warning("raycompile: importing Dynamo took over %.0f s; this compile goes on without "
-                                "compiled frames", self._install_timeout_s)
-                return
+    def ensure_installed(self) -> None:
+        """``install`` once, on the calling thread; a failure turns compiled frames off, warned."""
         with self._lock:
             if self._installed is not None or self._closed or self._install_error is not None:
                 return
@@ -152,8 +129,6 @@ class FrameCache:
         """Write what is complete and unwritten, then hand Dynamo's cache and torch.compile back."""
         if self._compile is not None and torch.compile is self._compile:
             torch.compile = self._stock_compile
-        if self._ready is not None:
-            self._ready.join(self._install_timeout_s)
         with self._lock:
             self._closed = True
             timer, self._timer = self._timer, None

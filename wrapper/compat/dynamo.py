@@ -67,6 +67,7 @@ SEAMS: Seams = {
     "package.CompilePackage._add_function": ("torch._dynamo.package", "CompilePackage._add_function"),
     "exc.PackageError": ("torch._dynamo.exc", "PackageError"),
     "guards.CheckFunctionManager.serialize_guards": ("torch._dynamo.guards", "CheckFunctionManager.serialize_guards"),
+    "guards.CheckFunctionManager.__init__": ("torch._dynamo.guards", "CheckFunctionManager.__init__"),
     "dynamo.config.get_config_copy": ("torch._dynamo.config", "get_config_copy"),
     "functorch.config.get_config_copy": ("torch._functorch.config", "get_config_copy"),
 }
@@ -174,12 +175,32 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
             store.unsaveable(source, f"{type(e).__name__}: {e}")
             return b""  # the bypassed entry ignores it (CompilePackage.add_guarded_code)
 
+    # torch drops the ID_MATCH-like guards it cannot save (ID_MATCH, CLOSURE_MATCH, DICT_VERSION), but
+    # not their kin CLASS_MATCH, MODULE_MATCH, FUNCTION_MATCH and NN_MODULE, which it cannot save
+    # either: a frame with one (Mixtral's, GPT-2's on 2.11) is then never saved. raycompile's key
+    # (module sources, the model's classes and functions) stands in for them as for the others.
+    stock_init = CheckFunctionManager.__dict__["__init__"]
+    init_signature = inspect.signature(stock_init)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = init_signature.bind(self, *args, **kwargs)
+        theirs = bound.arguments.get("guard_filter_fn")
+
+        def keep(entries: Any) -> list[bool]:
+            kept = theirs(entries) if theirs is not None else [True] * len(entries)
+            return [k and not ({e.guard_type, *(e.derived_guard_types or ())} & _ALSO_DROPPED)
+                    for k, e in zip(kept, entries)]
+
+        bound.arguments["guard_filter_fn"] = keep
+        stock_init(*bound.args, **bound.kwargs)
+
     saved = (dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering)
     quiet = _DroppedGuardNotes()
     noted = [logging.getLogger(name) for name in _NOTED_LOGGERS]
     cache.__class__ = FarmDynamoCache
     compile_package.code_context = code_context
     CheckFunctionManager.serialize_guards = serialize_guards
+    CheckFunctionManager.__init__ = __init__
     dconfig.caching_precompile = True
     fconfig.bundled_autograd_cache = True
     fconfig.force_non_lazy_backward_lowering = True
@@ -199,9 +220,11 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
         cache.__class__ = stock_class
         compile_package.code_context = stock_code_context
         CheckFunctionManager.serialize_guards = stock_serialize
+        CheckFunctionManager.__init__ = stock_init
         dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering = saved
 
 
+_ALSO_DROPPED = frozenset({"CLASS_MATCH", "MODULE_MATCH", "FUNCTION_MATCH", "NN_MODULE"})
 _NOTES = ("is dropped with caching_precompile", "Detected a package bypass")
 _NOTED_LOGGERS = ("torch._dynamo.guards", "torch._dynamo.output_graph")
 
@@ -241,15 +264,6 @@ class _DroppedGuardNotes(logging.Filter):
             log.debug("torch: " + str(record.msg), *record.args)
             return False
         return True
-
-
-def preimport() -> None:
-    """Import Dynamo and Inductor's compile entry (seconds, which stock pays inside the first
-    ``torch.compile`` and its first call): called on a background thread while the user's script
-    builds its model."""
-    importlib.import_module("torch._dynamo.package")
-    importlib.import_module("torch._dynamo.eval_frame")
-    importlib.import_module("torch._inductor.compile_fx")
 
 
 def _caller_options() -> dict[str, Any] | None:
