@@ -83,6 +83,7 @@ class Stats:
         self.dynamo_full = 0  # publishes skipped: the function's entry used every generation
         self.dynamo_unsaveable = 0  # frames torch cannot save (cannot name their code): traced on every node
         self.dynamo_functions: dict[str, dict[str, Any]] = {}  # function -> its path and frame counts
+        self.dynamo_unsaveable_reasons: Counter[str] = Counter()  # why frames were not saved (torch's words)
 
     def add(self, **deltas: float) -> None:
         with self._lock:
@@ -128,6 +129,13 @@ class Stats:
             for name, value in deltas.items():
                 row[name] = value if name == "generation" else row[name] + value
 
+    def unsaveable(self, why: str) -> None:
+        """Count a compiled frame torch cannot save, by its reason (the first 20 reasons kept)."""
+        with self._lock:
+            self.dynamo_unsaveable += 1
+            if why in self.dynamo_unsaveable_reasons or len(self.dynamo_unsaveable_reasons) < 20:
+                self.dynamo_unsaveable_reasons[why[:300]] += 1
+
     def job_records(self) -> list[JobRecord]:
         with self._lock:
             return list(self.records)
@@ -161,6 +169,7 @@ class Stats:
                 "gpus": dict(self.gpus),
                 **{k: getattr(self, k) for k in DYNAMO_COUNTERS},
                 "dynamo_functions": {k: dict(v) for k, v in self.dynamo_functions.items()},
+                "dynamo_unsaveable_reasons": dict(self.dynamo_unsaveable_reasons),
             }
 
 

@@ -197,10 +197,11 @@ class FrameCache:
         self._schedule()
 
     def unsaveable(self, sid: str, why: str) -> None:
-        """A frame of ``sid`` torch cannot save: compiled as usual, left out of the entry."""
-        self.stats.add(dynamo_unsaveable=1)
+        """A frame torch cannot save (of ``sid``, where known): compiled as usual, left out of the
+        entry; the reason is kept for ``stats()['dynamo_unsaveable_reasons']``."""
+        self.stats.unsaveable(why)
         log.debug("raycompile: a compiled frame of %s is not saved (%s); other processes trace it",
-                  getattr(self._known.get(sid), "label", sid), why)
+                  getattr(self._known.get(sid), "label", sid or "?"), why)
 
     def write(self, entry: Any, sid: str) -> None:
         """Write ``entry`` (what Dynamo's ``save_to_dynamo_cache`` made for ``sid``) as the next
@@ -214,8 +215,9 @@ class FrameCache:
                       FRAMES_GENERATIONS)
             return
         entry, dropped = compat.dynamo.portable(entry)
+        for _ in range(dropped):
+            self.stats.unsaveable("it names an object Dynamo installed by id (not a module)")
         if dropped:
-            self.stats.add(dynamo_unsaveable=dropped)
             log.debug("raycompile: %s: %d compiled frames name objects only this process has; left out",
                       known.label, dropped)
         blob = zlib.compress(compat.dynamo.dumps(entry), 1)

@@ -169,11 +169,10 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
         except Exception as e:  # noqa: BLE001 - any reason the guards do not pickle: the frame is not saved
             if dconfig.strict_precompile:
                 raise
-            graph = self.output_graph
-            source = getattr(getattr(graph, "package", None), "source_id", "?")
-            graph.bypass_package(f"Guard evaluation failed: {type(e).__name__}: {e}")
-            store.unsaveable(source, f"{type(e).__name__}: {e}")
-            return b""  # the bypassed entry ignores it (CompilePackage.add_guarded_code)
+            self.output_graph.bypass_package(f"Guard evaluation failed: {type(e).__name__}: {e}")
+            # bypass_package's warning tells the store (_DroppedGuardNotes); the bypassed entry
+            # ignores these guards (CompilePackage.add_guarded_code)
+            return b""
 
     # torch drops the ID_MATCH-like guards it cannot save (ID_MATCH, CLOSURE_MATCH, DICT_VERSION), but
     # not their kin CLASS_MATCH, MODULE_MATCH, FUNCTION_MATCH and NN_MODULE, which it cannot save
@@ -195,7 +194,7 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
         stock_init(*bound.args, **bound.kwargs)
 
     saved = (dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering)
-    quiet = _DroppedGuardNotes()
+    quiet = _DroppedGuardNotes(lambda why: store.unsaveable("", why))
     noted = [logging.getLogger(name) for name in _NOTED_LOGGERS]
     cache.__class__ = FarmDynamoCache
     compile_package.code_context = code_context
@@ -255,15 +254,23 @@ def _resolve_code(code: Any) -> tuple[str, str, str] | None:
 
 class _DroppedGuardNotes(logging.Filter):
     """torch warns once per guard it drops under caching_precompile (hundreds of lines for a
-    model), and once per frame it cannot save. raycompile's key stands in for those guards
-    (``wrapper/frames.py``) and counts those frames (``dynamo_unsaveable``), so both go to the
-    raycompile.frames debug log instead."""
+    model), and once per frame it cannot save ("Detected a package bypass: REASON"). raycompile's
+    key stands in for those guards (``wrapper/frames.py``); a bypass is handed to ``bypassed``
+    (counted, its reason kept for ``stats()``). Both go to the raycompile.frames debug log."""
+
+    def __init__(self, bypassed: Callable[[str], None]) -> None:
+        super().__init__()
+        self.bypassed = bypassed
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if any(note in str(record.msg) for note in _NOTES):
-            log.debug("torch: " + str(record.msg), *record.args)
-            return False
-        return True
+        text = str(record.msg)
+        if not any(note in text for note in _NOTES):
+            return True
+        message = text % record.args if record.args else text
+        log.debug("torch: %s", message)
+        if "Detected a package bypass" in text:
+            self.bypassed(message.split("Detected a package bypass:", 1)[-1].strip())
+        return False
 
 
 def _caller_options() -> dict[str, Any] | None:
