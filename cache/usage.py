@@ -46,6 +46,9 @@ COUNTERS = (
     # autotuning on GPU actors
     "benchmarks", "benchmark_seconds", "benchmark_wall_seconds", "benchmark_failures", "gpu_restarts",
     "benchmarks_local", "autotune_cached", "benchmarks_verified",
+    # compiled frames (settings.dynamo_cache)
+    "dynamo_hits", "dynamo_misses", "dynamo_frames_loaded", "dynamo_frames_traced", "dynamo_published",
+    "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full", "dynamo_unsaveable",
 )
 STATS_FILE, CONFIG_FILE, LOCK_FILE = "stats.json", "config.json", "usage.lock"
 LOCK_TIMEOUT_S = 10.0  # a session closing never waits longer than this for the others
