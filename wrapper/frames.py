@@ -172,9 +172,9 @@ class FrameCache:
                 continue
             try:
                 self.before_load()
-                entry = compat.dynamo.loads(zlib.decompress(got.blobs[BLOB]))
-                frames = compat.dynamo.frames_in(entry)
-                compat.dynamo.loaded(entry)
+                entry = compat.precompile.loads(zlib.decompress(got.blobs[BLOB]))
+                frames = compat.precompile.frames_in(entry)
+                compat.precompile.loaded(entry)
             except Exception as e:  # noqa: BLE001 - any reason it does not install here: an older one, else trace
                 self.stats.add(dynamo_invalid=1)
                 log.debug("raycompile: precompile entry %s of %s does not load here (%s: %s)", g, label,
@@ -214,14 +214,14 @@ class FrameCache:
             log.debug("raycompile: %s used all %d entry generations; not written again", known.label,
                       FRAMES_GENERATIONS)
             return
-        entry, dropped = compat.dynamo.portable(entry)
+        entry, dropped = compat.precompile.portable(entry)
         for _ in range(dropped):
             self.stats.unsaveable("it names an object Dynamo installed by id (not a module)")
         if dropped:
             log.debug("raycompile: %s: %d compiled frames name objects only this process has; left out",
                       known.label, dropped)
-        blob = zlib.compress(compat.dynamo.dumps(entry), 1)
-        frames = compat.dynamo.frames_in(entry)
+        blob = zlib.compress(compat.precompile.dumps(entry), 1)
+        frames = compat.precompile.frames_in(entry)
         generation = known.next_generation
         self.cache.put(Entry(frames_generation(known.base, generation), {BLOB: blob},
                              {"label": f"compiled frames of {known.label}", "frames": frames,
@@ -250,7 +250,7 @@ class FrameCache:
         most likely): then wait again, so one step's frames go into one generation."""
         with self._lock:
             self._timer = None
-        if compat.dynamo.compiling():
+        if compat.precompile.compiling():
             self._schedule()
             return
         self.publish()
@@ -259,14 +259,14 @@ class FrameCache:
         """Write every keyed function whose complete package has frames its last entry lacks;
         returns how many. ``final``: also count the packages left incomplete."""
         try:
-            ready = compat.dynamo.pending()
+            ready = compat.precompile.pending()
             with self._lock:
                 due = {sid for sid, frames in ready.items()
                        if sid in self._known and frames > self._known[sid].written_frames}
             if due:
-                compat.dynamo.save(due)
+                compat.precompile.save(due)
             if final:
-                left = [sid for sid in compat.dynamo.incomplete() if sid in self._known]
+                left = [sid for sid in compat.precompile.incomplete() if sid in self._known]
                 if left:
                     self.stats.add(dynamo_incomplete=len(left))
             return len(due)

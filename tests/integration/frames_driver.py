@@ -47,7 +47,7 @@ def main(address: str, shared: str, cache_dir: str, out_path: str, batch: str, s
         result = step(int(batch), torch.compile)
     finally:
         raycompile.disable()  # writes what is left
-    saved = {"stats": raycompile.stats(), "result": result, "torch_traced": compat.dynamo.traced_frames()}
+    saved = {"stats": raycompile.stats(), "result": result, "torch_traced": compat.precompile.traced_frames()}
     if stock:
         torch._dynamo.reset()
         with compat.fresh_cache():

@@ -12,7 +12,8 @@ versions it was checked on (``CHECKED_ON``):
 - ``codegen``: the output module's wrapper codegen and futures;
 - ``autotuner``: a compiled kernel's configs and winners, user ``@triton.jit`` kernels;
 - ``autotune``: max-autotune's tuning pool, config benchmarks, the GPU actors' touch points;
-- ``dynamo``: Dynamo's precompile cache (compiled frames a warm process loads instead of tracing);
+- ``dynamo``: Dynamo's precompile cache redirected to raycompile (compiled frames a warm process
+  loads instead of tracing), and what keys them; ``precompile``: those entries, checked and loaded;
 - ``toolchain``: what job code (``kernels/``) calls, handed to it as ``TOOLCHAIN``.
 
 ``check()`` verifies that every seam exists in the installed torch; ``tests/unit/test_compat.py``
@@ -25,7 +26,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from . import autotune, autotuner, codegen, cpp, dynamo, entry, triton
+from . import autotune, autotuner, codegen, cpp, dynamo, entry, precompile, triton
 from ._base import SeamMissing, Seams, resolve
 from .autotuner import (
     autotuner_source,
@@ -99,7 +100,7 @@ from .triton import (
 )
 
 FAMILIES = {"entry": entry, "triton": triton, "cpp": cpp, "codegen": codegen, "autotuner": autotuner,
-            "autotune": autotune, "dynamo": dynamo}
+            "autotune": autotune, "dynamo": dynamo, "precompile": precompile}
 
 # name -> (module, attribute path), every family's
 SEAMS: Seams = {name: seam for family in FAMILIES.values() for name, seam in family.SEAMS.items()}
@@ -253,6 +254,7 @@ __all__ = [
     "max_autotune_on",
     "parse_arch",
     "pools_routed",
+    "precompile",
     "ptxas_version",
     "remote_cache_backend_base",
     "remote_module_caches",

@@ -1,0 +1,229 @@
+"""Seam family "precompile": Dynamo's precompile entries themselves (``PrecompileCacheEntry``), as
+``wrapper/frames.py`` writes, checks and loads them: what makes an entry installable in another
+process (``portable``), the checks before torch installs one (``loads``), what loading must do
+beside torch's install (``loaded``), and which recorded packages are complete (``pending``).
+``dynamo.py`` redirects Dynamo's cache to raycompile; this module reads what goes through it.
+Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import re
+import sys
+from typing import Any
+
+from ._base import Seams
+
+CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
+
+SEAMS: Seams = {
+    "package.PrecompileCacheEntry": ("torch._dynamo.package", "PrecompileCacheEntry"),
+    "package._hash_sourcelines": ("torch._dynamo.package", "_hash_sourcelines"),
+    "package.load_guards_state": ("torch._dynamo.package", "load_guards_state"),
+    "precompile_context.PrecompileContext.save_to_dynamo_cache": (
+        "torch._dynamo.precompile_context", "PrecompileContext.save_to_dynamo_cache"),
+    "precompile_context.PrecompileContext.record_artifact": (
+        "torch._dynamo.precompile_context", "PrecompileContext.record_artifact"),
+    "precompile_context.PrecompileContext._dynamo_cache_entries": (
+        "torch._dynamo.precompile_context", "PrecompileContext._dynamo_cache_entries"),
+    "precompile_context.PrecompileContext._backend_artifacts_by_key": (
+        "torch._dynamo.precompile_context", "PrecompileContext._backend_artifacts_by_key"),
+    "bytecode_transformation.unique_id": ("torch._dynamo.bytecode_transformation", "unique_id"),
+    "convert_frame.compile_lock": ("torch._dynamo.convert_frame", "compile_lock"),
+    "utils.counters": ("torch._dynamo.utils", "counters"),
+}
+
+_BY_ID = re.compile(r"^_\d+_c\d+$")  # install_global_by_id("", value): "_<id>_c<compile id>"
+
+
+def dumps(entry: Any) -> bytes:
+    return pickle.dumps(entry)
+
+
+def loads(data: bytes) -> Any:
+    """Unpickle an entry (call only on bytes from a verified, signed cache entry) and check it
+    installs here: a PrecompileCacheEntry for these versions, whose inlined sources are unchanged,
+    whose every frame has its backends, and whose guards unpickle. Raises what is wrong (torch
+    itself would only survive a RuntimeError, and its retry after a failed install crashes)."""
+    from torch._dynamo import package
+
+    entry = pickle.loads(data)
+    if not isinstance(entry, package.PrecompileCacheEntry):
+        raise TypeError(f"not a precompile entry: {type(entry).__name__}")
+    entry.dynamo.check_versions()
+    for src in entry.dynamo.source_info.inlined_sources:
+        module = importlib.import_module(src.module)
+        if package._hash_sourcelines(module, src.firstlineno, src.lastlineno) != src.checksum:
+            raise RuntimeError(f"the source of {src.module} (lines {src.firstlineno}-{src.lastlineno}) changed")
+    for code in entry.dynamo.codes:
+        if code.bypassed:
+            continue
+        for backend in code.backend_ids:
+            if backend not in entry.backends:
+                raise RuntimeError(f"frame {code.function_names} lacks its backend {backend}")
+        for guarded in code.guarded_codes:
+            package.load_guards_state(guarded.guards_state)  # e.g. TypeError: grad of type _Missing
+    missing = _unprovided(entry)
+    if missing:
+        names = sorted(set().union(*missing.values()))[:5]
+        raise RuntimeError(f"compiled frames name globals the entry does not install: {names}")
+    return entry
+
+
+def _is_installed_name(name: str) -> bool:
+    """Whether a global a compiled frame's bytecode names is one Dynamo installed in the cold
+    process (``__import_*``, ``__compiled_fn_*``, ``__resume_at_*``, ``___module_*_<id>_c<N>``,
+    ``_<id>_c<N>``...), not one of the user's module (whose names never start with two underscores
+    unless they are dunders)."""
+    return (name.startswith("__") and not name.endswith("__")) or bool(_BY_ID.match(name))
+
+
+def _code_names(code: Any) -> set[str]:
+    names = set(getattr(code, "co_names", ()))
+    for const in getattr(code, "co_consts", ()):
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def _unprovided(entry: Any) -> dict[int, set[str]]:
+    """code index -> the Dynamo-installed globals its compiled bytecode names that loading the
+    entry does not install (torch saves import sources, resume functions, backends and builtins
+    dicts; an object installed by id, such as ``___module_collections_<id>_c5``, it does not)."""
+    from torch._dynamo import package
+
+    provided: dict[str, set[str]] = {}  # module -> names install() puts there
+    for code in entry.dynamo.codes:
+        names = provided.setdefault(code.python_module, set())
+        names |= set(code.import_sources) | set(code.function_names) | set(code.backend_ids)
+    out = {}
+    for i, code in enumerate(entry.dynamo.codes):
+        if code.bypassed:
+            continue
+        wanted = set()
+        for guarded in code.guarded_codes:
+            wanted |= {n for n in _code_names(guarded.dynamo_code) if _is_installed_name(n)}
+            state = package.load_guards_state(guarded.guards_state)
+            builtins = getattr(getattr(state, "output_graph", None), "name_of_builtins_dict_key_in_fglobals", None)
+            wanted.discard(builtins)
+        missing = wanted - provided.get(code.python_module, set())
+        if missing:
+            out[i] = missing
+    return out
+
+
+def portable(entry: Any) -> tuple[Any, int]:
+    """``entry`` as another process can install it, and how many frames were left out. A module
+    Dynamo installed by id (``___module_collections_<id>_c5``) becomes an import source, which the
+    loader installs; a frame naming any other object installed by id is marked bypassed (compiled
+    as usual in this process; traced in the next). The live package is not touched."""
+    import dataclasses
+    import types
+
+    missing = _unprovided(entry)
+    if not missing:
+        return entry, 0
+    codes, dropped = list(entry.dynamo.codes), 0
+    for i, names in missing.items():
+        code = codes[i]
+        module = sys.modules.get(code.python_module)
+        imports = dict(code.import_sources)
+        for name in names:
+            value = getattr(module, name, None) if module is not None else None
+            if isinstance(value, types.ModuleType) and value.__name__ in sys.modules:
+                imports[name] = value.__name__
+        if set(names) <= set(imports):
+            codes[i] = dataclasses.replace(code, import_sources=imports)
+        else:
+            codes[i] = dataclasses.replace(code, bypassed=True)
+            dropped += 1
+    return dataclasses.replace(entry, dynamo=dataclasses.replace(entry.dynamo, codes=codes)), dropped
+
+
+def frames_in(entry: Any) -> int:
+    """Compiled frame variants an entry installs (each guarded code of each frame)."""
+    return sum(len(code.guarded_codes) for code in entry.dynamo.codes if not code.bypassed)
+
+
+def loaded(entry: Any) -> None:
+    """After deciding to return ``entry`` from ``load``: let a later save include its backends (as
+    torch's own load does), and move Dynamo's name counter past the names its frames install (a
+    frame traced later, after a guard miss, would otherwise make ``__builtins_dict___1`` or
+    ``__resume_at_72_3`` again and fail, "already exists in scope")."""
+    from torch._dynamo import package
+    from torch._dynamo.bytecode_transformation import unique_id
+    from torch._dynamo.precompile_context import PrecompileContext
+
+    for backend in entry.backends.values():
+        PrecompileContext.record_artifact(backend)
+    top = -1
+    for code in entry.dynamo.codes:
+        names = list(code.function_names)
+        for guarded in code.guarded_codes:
+            state = package.load_guards_state(guarded.guards_state)
+            names.append(getattr(getattr(state, "output_graph", None), "name_of_builtins_dict_key_in_fglobals", ""))
+        for name in names:
+            m = re.search(r"_(\d+)$", name or "")
+            if m:
+                top = max(top, int(m.group(1)))
+    while int(unique_id("__raycompile_reserved").rsplit("_", 1)[1]) < top:
+        pass
+
+
+def pending() -> dict[str, int]:
+    """source id -> compiled frames Dynamo recorded in this process, for packages that are complete
+    (every frame that is not bypassed has its backends). Side-effect free: torch's own entry builder
+    marks an incomplete frame bypassed for good."""
+    from torch._dynamo.precompile_context import PrecompileContext
+
+    have = PrecompileContext._backend_artifacts_by_key
+    out = {}
+    for key, entry in list(PrecompileContext._dynamo_cache_entries.items()):
+        codes = [c for c in entry.codes if not c.bypassed]
+        if all(b in have for c in codes for b in c.backend_ids):
+            out[key] = sum(len(c.guarded_codes) for c in codes)
+    return out
+
+
+def incomplete() -> list[str]:
+    """Source ids of recorded packages that lack a backend (not written yet)."""
+    from torch._dynamo.precompile_context import PrecompileContext
+
+    have = PrecompileContext._backend_artifacts_by_key
+    return [key for key, entry in list(PrecompileContext._dynamo_cache_entries.items())
+            if any(b not in have for c in entry.codes if not c.bypassed for b in c.backend_ids)]
+
+
+def save(source_ids: set[str]) -> None:
+    """Write the complete packages in ``source_ids`` through the cache's ``write`` (under Dynamo's
+    compile lock, so no frame is being traced meanwhile). Others are left as they are."""
+    from torch._dynamo.convert_frame import compile_lock
+    from torch._dynamo.precompile_context import PrecompileContext
+
+    with compile_lock:
+        entries = PrecompileContext._dynamo_cache_entries
+        held = {k: v for k, v in entries.items() if k not in source_ids}
+        try:
+            for k in held:
+                del entries[k]
+            PrecompileContext.save_to_dynamo_cache()
+        finally:
+            entries.update(held)
+
+
+def compiling() -> bool:
+    """Whether Dynamo is compiling a frame now (on any thread)."""
+    from torch._dynamo.convert_frame import compile_lock
+
+    if compile_lock.acquire(blocking=False):
+        compile_lock.release()
+        return False
+    return True
+
+
+def traced_frames() -> int:
+    """Frames Dynamo traced in this process (its own counter)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["ok"])
