@@ -174,7 +174,6 @@ class FrameCache:
                 self.before_load()
                 entry = compat.precompile.loads(zlib.decompress(got.blobs[BLOB]))
                 frames = compat.precompile.frames_in(entry)
-                compat.precompile.loaded(entry)
             except Exception as e:  # noqa: BLE001 - any reason it does not install here: an older one, else trace
                 self.stats.add(dynamo_invalid=1)
                 log.debug("raycompile: precompile entry %s of %s does not load here (%s: %s)", g, label,
@@ -259,14 +258,14 @@ class FrameCache:
         """Write every keyed function whose complete package has frames its last entry lacks;
         returns how many. ``final``: also count the packages left incomplete."""
         try:
-            ready = compat.precompile.pending()
+            ready, incomplete = compat.precompile.recorded()
             with self._lock:
                 due = {sid for sid, frames in ready.items()
                        if sid in self._known and frames > self._known[sid].written_frames}
             if due:
                 compat.precompile.save(due)
             if final:
-                left = [sid for sid in compat.precompile.incomplete() if sid in self._known]
+                left = [sid for sid in incomplete if sid in self._known]
                 if left:
                     self.stats.add(dynamo_incomplete=len(left))
             return len(due)

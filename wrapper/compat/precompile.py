@@ -1,7 +1,7 @@
 """Seam family "precompile": Dynamo's precompile entries themselves (``PrecompileCacheEntry``), as
 ``wrapper/frames.py`` writes, checks and loads them: what makes an entry installable in another
-process (``portable``), the checks before torch installs one (``loads``), what loading must do
-beside torch's install (``loaded``), and which recorded packages are complete (``pending``).
+process (``portable``), the checks before torch installs one and what loading must do beside
+torch's install (``loads``), and which recorded packages are complete (``recorded``).
 ``dynamo.py`` redirects Dynamo's cache to raycompile; this module reads what goes through it.
 Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
 
@@ -42,11 +42,19 @@ def dumps(entry: Any) -> bytes:
 
 
 def loads(data: bytes) -> Any:
-    """Unpickle an entry (call only on bytes from a verified, signed cache entry) and check it
-    installs here: a PrecompileCacheEntry for these versions, whose inlined sources are unchanged,
-    whose every frame has its backends, and whose guards unpickle. Raises what is wrong (torch
-    itself would only survive a RuntimeError, and its retry after a failed install crashes)."""
+    """Unpickle an entry (call only on bytes from a verified, signed cache entry), check it installs
+    here, and prepare this process for it; return it for torch to install.
+
+    Checked: a PrecompileCacheEntry for these versions, whose inlined sources are unchanged, whose
+    every frame has its backends, whose guards unpickle (each once), and whose bytecode names only
+    globals the entry installs. Raises what is wrong (torch itself would only survive a
+    RuntimeError, and its retry after a failed install crashes). Then, as torch's own load does, a
+    later save is let include its backends; and Dynamo's name counter is moved past the names its
+    frames install (a frame traced later, after a guard miss, would otherwise make
+    ``__builtins_dict___1`` or ``__resume_at_72_3`` again and fail, "already exists in scope")."""
     from torch._dynamo import package
+    from torch._dynamo.bytecode_transformation import unique_id
+    from torch._dynamo.precompile_context import PrecompileContext
 
     entry = pickle.loads(data)
     if not isinstance(entry, package.PrecompileCacheEntry):
@@ -62,13 +70,39 @@ def loads(data: bytes) -> Any:
         for backend in code.backend_ids:
             if backend not in entry.backends:
                 raise RuntimeError(f"frame {code.function_names} lacks its backend {backend}")
-        for guarded in code.guarded_codes:
-            package.load_guards_state(guarded.guards_state)  # e.g. TypeError: grad of type _Missing
-    missing = _unprovided(entry)
+    builtins = _builtins_names(entry)  # e.g. TypeError: grad of type _Missing
+    missing = _unprovided(entry, builtins)
     if missing:
         names = sorted(set().union(*missing.values()))[:5]
         raise RuntimeError(f"compiled frames name globals the entry does not install: {names}")
+
+    for backend in entry.backends.values():
+        PrecompileContext.record_artifact(backend)
+    top = -1
+    for i, code in enumerate(entry.dynamo.codes):
+        for name in [*code.function_names, *builtins.get(i, [])]:
+            m = re.search(r"_(\d+)$", name or "")
+            if m:
+                top = max(top, int(m.group(1)))
+    while int(unique_id("__raycompile_reserved").rsplit("_", 1)[1]) < top:
+        pass
     return entry
+
+
+def _builtins_names(entry: Any) -> dict[int, list[str]]:
+    """code index -> the builtins-dict globals its guarded codes install (from their guards, each
+    unpickled once; a guard that does not unpickle here raises)."""
+    from torch._dynamo import package
+
+    out: dict[int, list[str]] = {}
+    for i, code in enumerate(entry.dynamo.codes):
+        if code.bypassed:
+            continue
+        for guarded in code.guarded_codes:
+            state = package.load_guards_state(guarded.guards_state)
+            name = getattr(getattr(state, "output_graph", None), "name_of_builtins_dict_key_in_fglobals", None)
+            out.setdefault(i, []).append(name or "")
+    return out
 
 
 def _is_installed_name(name: str) -> bool:
@@ -87,12 +121,11 @@ def _code_names(code: Any) -> set[str]:
     return names
 
 
-def _unprovided(entry: Any) -> dict[int, set[str]]:
+def _unprovided(entry: Any, builtins: dict[int, list[str]]) -> dict[int, set[str]]:
     """code index -> the Dynamo-installed globals its compiled bytecode names that loading the
     entry does not install (torch saves import sources, resume functions, backends and builtins
-    dicts; an object installed by id, such as ``___module_collections_<id>_c5``, it does not)."""
-    from torch._dynamo import package
-
+    dicts, ``builtins``; an object installed by id, such as ``___module_collections_<id>_c5``, it
+    does not)."""
     provided: dict[str, set[str]] = {}  # module -> names install() puts there
     for code in entry.dynamo.codes:
         names = provided.setdefault(code.python_module, set())
@@ -101,13 +134,9 @@ def _unprovided(entry: Any) -> dict[int, set[str]]:
     for i, code in enumerate(entry.dynamo.codes):
         if code.bypassed:
             continue
-        wanted = set()
-        for guarded in code.guarded_codes:
-            wanted |= {n for n in _code_names(guarded.dynamo_code) if _is_installed_name(n)}
-            state = package.load_guards_state(guarded.guards_state)
-            builtins = getattr(getattr(state, "output_graph", None), "name_of_builtins_dict_key_in_fglobals", None)
-            wanted.discard(builtins)
-        missing = wanted - provided.get(code.python_module, set())
+        wanted = {n for guarded in code.guarded_codes for n in _code_names(guarded.dynamo_code)
+                  if _is_installed_name(n)}
+        missing = wanted - provided.get(code.python_module, set()) - set(builtins.get(i, ()))
         if missing:
             out[i] = missing
     return out
@@ -121,7 +150,7 @@ def portable(entry: Any) -> tuple[Any, int]:
     import dataclasses
     import types
 
-    missing = _unprovided(entry)
+    missing = _unprovided(entry, _builtins_names(entry))
     if not missing:
         return entry, 0
     codes, dropped = list(entry.dynamo.codes), 0
@@ -146,53 +175,21 @@ def frames_in(entry: Any) -> int:
     return sum(len(code.guarded_codes) for code in entry.dynamo.codes if not code.bypassed)
 
 
-def loaded(entry: Any) -> None:
-    """After deciding to return ``entry`` from ``load``: let a later save include its backends (as
-    torch's own load does), and move Dynamo's name counter past the names its frames install (a
-    frame traced later, after a guard miss, would otherwise make ``__builtins_dict___1`` or
-    ``__resume_at_72_3`` again and fail, "already exists in scope")."""
-    from torch._dynamo import package
-    from torch._dynamo.bytecode_transformation import unique_id
-    from torch._dynamo.precompile_context import PrecompileContext
-
-    for backend in entry.backends.values():
-        PrecompileContext.record_artifact(backend)
-    top = -1
-    for code in entry.dynamo.codes:
-        names = list(code.function_names)
-        for guarded in code.guarded_codes:
-            state = package.load_guards_state(guarded.guards_state)
-            names.append(getattr(getattr(state, "output_graph", None), "name_of_builtins_dict_key_in_fglobals", ""))
-        for name in names:
-            m = re.search(r"_(\d+)$", name or "")
-            if m:
-                top = max(top, int(m.group(1)))
-    while int(unique_id("__raycompile_reserved").rsplit("_", 1)[1]) < top:
-        pass
-
-
-def pending() -> dict[str, int]:
-    """source id -> compiled frames Dynamo recorded in this process, for packages that are complete
-    (every frame that is not bypassed has its backends). Side-effect free: torch's own entry builder
-    marks an incomplete frame bypassed for good."""
+def recorded() -> tuple[dict[str, int], list[str]]:
+    """The packages Dynamo recorded in this process: (source id -> compiled frames, for those that
+    are complete: every frame that is not bypassed has its backends; the source ids of the others).
+    Side-effect free: torch's own entry builder marks an incomplete frame bypassed for good."""
     from torch._dynamo.precompile_context import PrecompileContext
 
     have = PrecompileContext._backend_artifacts_by_key
-    out = {}
+    complete, incomplete = {}, []
     for key, entry in list(PrecompileContext._dynamo_cache_entries.items()):
         codes = [c for c in entry.codes if not c.bypassed]
         if all(b in have for c in codes for b in c.backend_ids):
-            out[key] = sum(len(c.guarded_codes) for c in codes)
-    return out
-
-
-def incomplete() -> list[str]:
-    """Source ids of recorded packages that lack a backend (not written yet)."""
-    from torch._dynamo.precompile_context import PrecompileContext
-
-    have = PrecompileContext._backend_artifacts_by_key
-    return [key for key, entry in list(PrecompileContext._dynamo_cache_entries.items())
-            if any(b not in have for c in entry.codes if not c.bypassed for b in c.backend_ids)]
+            complete[key] = sum(len(c.guarded_codes) for c in codes)
+        else:
+            incomplete.append(key)
+    return complete, incomplete
 
 
 def save(source_ids: set[str]) -> None:
