@@ -84,6 +84,18 @@ class Stats:
         self.dynamo_unsaveable = 0  # frames torch cannot save (cannot name their code): traced on every node
         self.dynamo_functions: dict[str, dict[str, Any]] = {}  # function -> its path and frame counts
         self.dynamo_unsaveable_reasons: Counter[str] = Counter()  # why frames were not saved (torch's words)
+        # whole-graph compiles on the cluster (settings.graph_compiles; wrapper/graphs.py)
+        self.graphs_sent = 0  # graphs whose whole Inductor compile ran as a Ray task
+        self.graphs_backward_deferred = 0  # of those, backward graphs waited for at their first call
+        self.graphs_backward_early = 0  # of those, waited for before their call (something asked the graph)
+        self.graphs_refused = 0  # graphs compiled in this process: the out-of-process path cannot carry them
+        self.graphs_failed = 0  # graphs whose remote compile failed (then compiled in this process)
+        self.graph_compile_seconds = 0.0  # summed over the tasks, as measured on the workers
+        self.graph_wait_seconds = 0.0  # this process waiting for graphs (forward: at once; backward: at its call)
+        self.graph_kernel_jobs = 0  # kernel compile jobs the graph tasks' workers ran or sent
+        self.graph_nodes: Counter[str] = Counter()  # node id -> graphs compiled there
+        self.graph_workers: Counter[int] = Counter()  # worker pid -> graphs compiled there
+        self.graphs_refused_reasons: Counter[str] = Counter()
 
     def add(self, **deltas: float) -> None:
         with self._lock:
@@ -136,6 +148,22 @@ class Stats:
             if why in self.dynamo_unsaveable_reasons or len(self.dynamo_unsaveable_reasons) < 20:
                 self.dynamo_unsaveable_reasons[why[:300]] += 1
 
+    def graph_compiled(self, node_id: str, pid: int, seconds: float, kernel_jobs: int) -> None:
+        """Count a graph compiled by a Ray task on ``node_id``, in worker ``pid``."""
+        with self._lock:
+            self.graphs_sent += 1
+            self.graph_compile_seconds += seconds
+            self.graph_kernel_jobs += kernel_jobs
+            self.graph_nodes[node_id] += 1
+            self.graph_workers[pid] += 1
+
+    def graph_refused(self, why: str) -> None:
+        """Count a graph kept in this process, by its reason (the first 20 reasons kept)."""
+        with self._lock:
+            self.graphs_refused += 1
+            if why in self.graphs_refused_reasons or len(self.graphs_refused_reasons) < 20:
+                self.graphs_refused_reasons[why[:300]] += 1
+
     def job_records(self) -> list[JobRecord]:
         with self._lock:
             return list(self.records)
@@ -170,9 +198,17 @@ class Stats:
                 **{k: getattr(self, k) for k in DYNAMO_COUNTERS},
                 "dynamo_functions": {k: dict(v) for k, v in self.dynamo_functions.items()},
                 "dynamo_unsaveable_reasons": dict(self.dynamo_unsaveable_reasons),
+                **{k: getattr(self, k) for k in GRAPH_COUNTERS},
+                "graph_compile_seconds": round(self.graph_compile_seconds, 3),
+                "graph_wait_seconds": round(self.graph_wait_seconds, 3),
+                "graph_nodes": dict(self.graph_nodes),
+                "graph_workers": dict(self.graph_workers),
+                "graphs_refused_reasons": dict(self.graphs_refused_reasons),
             }
 
 
+GRAPH_COUNTERS = ("graphs_sent", "graphs_backward_deferred", "graphs_backward_early", "graphs_refused", "graphs_failed",
+                  "graph_kernel_jobs")
 DYNAMO_COUNTERS = ("dynamo_hits", "dynamo_misses", "dynamo_frames_loaded", "dynamo_frames_traced",
                    "dynamo_published", "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full",
                    "dynamo_unsaveable")

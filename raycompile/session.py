@@ -87,6 +87,8 @@ class Session:
         self._gate = compat.inductor_entry_gated(self.install)
         self._gate.__enter__()
         self.frames: Any = None  # wrapper.frames.FrameCache: Dynamo precompile entries in the tiers
+        self.graphs: Any = None  # wrapper.graphs.GraphCompiles: whole graphs compiled by Ray tasks
+        self._graph_tasks: Any = None
         if settings.dynamo_cache_on:
             self._install_frames()
         if compat.inductor_loaded():  # then installing costs milliseconds: do it now, for every path in
@@ -129,6 +131,8 @@ class Session:
         """Install the Inductor hooks and the autotuning hooks (once; the gate calls this at every
         compile's start, where asking CUDA for this process's GPU costs nothing more)."""
         if self._tuning_installed or self._closed:
+            if self.graphs is not None:
+                self.graphs.prepare_thread()  # torch's config overrides are per thread
             return
         self._install_hooks()
         with self._install_lock:
@@ -141,7 +145,36 @@ class Session:
                                                             submit=self.io.submit, registry=self.winners)
             if self.autotune is not None:
                 self.hooks.router.on_triton_job = self.autotune.prestart
+            if self.settings.graph_compiles == "cluster" and self.startup is not None:
+                self._install_graphs()
             self._tuning_installed = True
+        if self.graphs is not None:
+            self.graphs.prepare_thread()
+
+    def _install_graphs(self) -> None:
+        """Whole-graph compiles as Ray tasks (``wrapper/graphs.py``); the workers' sessions join
+        this cluster with this session's cache settings."""
+        from .graphs import compile_graph
+        from .orchestrator.graph_tasks import GraphTasks
+        from .wrapper.graphs import GraphCompiles
+
+        s = self.settings
+        worker = {"address": "auto", "cache_dir": s.cache_dir, "shared_cache": s.shared_cache, "secret": s.secret,
+                  "compile_jobs": s.compile_jobs, "job_timeout_s": s.job_timeout_s, "namespace": s.namespace,
+                  "cluster_dedupe": s.cluster_dedupe, "retries": s.retries, "cache_max_bytes": s.cache_max_bytes,
+                  "autotune_configs": s.autotune_configs, "connect_timeout_s": s.connect_timeout_s}
+        tasks = GraphTasks(self.stats, compile_graph, worker, s.graph_timeout_s)
+        startup = self.startup
+        assert startup is not None
+
+        def send(payload: bytes, device: str) -> Any:
+            if startup.wait_farm() is None:  # Ray unreachable, fallback on: the graph is compiled here
+                raise FarmUnavailableError(s.address or "the Ray cluster", "Ray is unreachable")
+            return tasks.send(payload, device)
+
+        graphs = GraphCompiles(self.stats, send, s.graph_timeout_s)
+        graphs.install()
+        self._graph_tasks, self.graphs = tasks, graphs
 
     def _install_hooks(self) -> None:
         """The Inductor hooks alone: where compiles go, the output module, the module cache."""
@@ -205,6 +238,9 @@ class Session:
         self._gate.__exit__(None, None, None)
         if self.frames is not None:  # writes what is left while the hooks and tiers are up
             self.frames.close()
+        if self.graphs is not None:
+            self.graphs.close()
+            self._graph_tasks.close()
         if self._unbind is not None:
             self._unbind()
         if self.hooks is not None:

@@ -67,6 +67,13 @@ class Settings:
     # closure guards in this mode (raycompile's key stands in for them), and compiles the backward
     # with the forward. None: on where torch's own TORCH_CACHING_PRECOMPILE=1 asks for the mode.
     dynamo_cache: bool | None = None
+    # where a graph's whole Inductor compile (lowering, codegen, kernel builds, max-autotune's
+    # timings) runs: "local" in this process, as stock; "cluster" as a Ray task on a node of the
+    # cluster (a GPU node for a GPU graph), through Inductor's out-of-process compile seam
+    # (wrapper/graphs.py), the backward sent with the forward and waited for at its first call, so
+    # the graphs of one step compile at once. Graphs that seam cannot carry stay local, counted.
+    graph_compiles: str = "local"
+    graph_timeout_s: float = 1800.0  # one graph's compile on the cluster (max-autotune's take minutes)
 
     @classmethod
     def resolve(cls, **overrides: Any) -> Settings:
@@ -116,7 +123,7 @@ class Settings:
         def bad(name: str, rule: str) -> SettingsError:
             return SettingsError(f"{name} (or RAYCOMPILE_{name.upper()}) {rule}, got {getattr(self, name)!r}")
 
-        for name in ("job_timeout_s", "connect_timeout_s"):
+        for name in ("job_timeout_s", "connect_timeout_s", "graph_timeout_s"):
             if not getattr(self, name) > 0:
                 raise bad(name, "must be > 0")
         if self.num_cpus is not None and self.num_cpus < 1:
@@ -129,6 +136,8 @@ class Settings:
             raise bad("compile_jobs", "must be 'auto', 'cluster' or 'local'")
         if self.autotune_configs not in ("local", "actors"):
             raise bad("autotune_configs", "must be 'local' or 'actors'")
+        if self.graph_compiles not in ("local", "cluster"):
+            raise bad("graph_compiles", "must be 'local' or 'cluster'")
 
     @property
     def dynamo_cache_on(self) -> bool:

@@ -12,6 +12,8 @@ versions it was checked on (``CHECKED_ON``):
 - ``codegen``: the output module's wrapper codegen and futures;
 - ``autotuner``: a compiled kernel's configs and winners, user ``@triton.jit`` kernels;
 - ``autotune``: max-autotune's tuning pool, config benchmarks, the GPU actors' touch points;
+- ``graphs``: a graph's whole Inductor compile sent out of process (Inductor's out-of-process
+  compile seam) and its output loaded here;
 - ``dynamo``: Dynamo's precompile cache redirected to raycompile (compiled frames a warm process
   loads instead of tracing), and what keys them; ``precompile``: those entries, checked and loaded;
 - ``toolchain``: what job code (``kernels/``) calls, handed to it as ``TOOLCHAIN``.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from . import autotune, autotuner, codegen, cpp, dynamo, entry, precompile, triton
+from . import autotune, autotuner, codegen, cpp, dynamo, entry, graphs, precompile, triton
 from ._base import SeamMissing, Seams, resolve
 from .autotuner import (
     autotuner_source,
@@ -80,6 +82,8 @@ from .entry import (
     remote_module_caches,
     stock_pools,
 )
+from .graphs import compile_here as compile_graph_here
+from .graphs import graphs_routed
 from .toolchain import TOOLCHAIN, InductorToolchain
 from .triton import (
     CUDA_ARCHES,
@@ -100,7 +104,7 @@ from .triton import (
 )
 
 FAMILIES = {"entry": entry, "triton": triton, "cpp": cpp, "codegen": codegen, "autotuner": autotuner,
-            "autotune": autotune, "dynamo": dynamo, "precompile": precompile}
+            "autotune": autotune, "dynamo": dynamo, "precompile": precompile, "graphs": graphs}
 
 # name -> (module, attribute path), every family's
 SEAMS: Seams = {name: seam for family in FAMILIES.values() for name, seam in family.SEAMS.items()}
@@ -237,6 +241,9 @@ __all__ = [
     "entry",
     "fresh_cache",
     "frames_stored",
+    "compile_graph_here",
+    "graphs",
+    "graphs_routed",
     "future_done",
     "fx_graph_key",
     "gpu_driver_check_disabled",
