@@ -55,6 +55,7 @@ class GraphTasks:
         self._task: Any = None
         self._slots: threading.BoundedSemaphore | None = None
         self._gpu_nodes: list[str] = []
+        self.width = 0  # graphs compiled at once (at the first send)
         self._turn = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
@@ -70,7 +71,8 @@ class GraphTasks:
                 nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) > 0]
             self._gpu_nodes = sorted(n["NodeID"] for n in nodes)
             self._labelled = offered.get(GPU_RESOURCE, 0) >= 1
-            self._slots = threading.BoundedSemaphore(max(1, int(offered.get("CPU", 2)) // 2))
+            self.width = max(1, int(offered.get("CPU", 2)) // 2)
+            self._slots = threading.BoundedSemaphore(self.width)
             self._task = ray.remote(num_cpus=1, num_gpus=0, max_retries=1)(_stamped)
 
     def _options(self, device: str) -> dict[str, Any]:
@@ -131,6 +133,17 @@ class GraphTasks:
 
         out.add_done_callback(abandoned)
         return out
+
+    def warm(self) -> int:
+        """Ready as many workers as graphs may compile at once (each joins its farm session and
+        imports Inductor: seconds a first graph would otherwise wait), spread like graphs; returns
+        how many. Raises FarmUnavailableError when Ray cannot be reached."""
+        self._setup()
+        device = "cuda" if self._gpu_nodes else "cpu"
+        with raycalls.calls(raycalls.address(), "warming the graph-compile workers"):
+            for _ in range(self.width):
+                self._task.options(**self._options(device)).remote(self._run, b"", self.worker_settings)
+        return self.width
 
     def close(self) -> None:
         self._closed = True

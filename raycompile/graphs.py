@@ -36,10 +36,15 @@ def _joined(settings: dict[str, Any]) -> Any:
 
 def compile_graph(payload: bytes, settings: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
     """Compile one pickled graph here; (pickled output, {"kernel_jobs": jobs this compile sent or
-    ran}). An error of the compile itself is raised (the driver compiles the graph itself then)."""
+    ran}). An error of the compile itself is raised (the driver compiles the graph itself then).
+    An empty payload only readies this worker (its session, Inductor's imports, CUDA): the
+    driver warms its graph workers so while Dynamo traces the first graph."""
     from .wrapper import compat
 
     session = _joined(settings)
+    if not payload:
+        compat.graph_worker_warm()
+        return b"", {"kernel_jobs": 0}
     before = session.stats.snapshot()
     # Inductor's own on-disk caches empty, as for a precompile variant: a kernel this worker built
     # before would load from them and never reach the farm's cache, where the driver looks

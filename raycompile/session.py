@@ -22,7 +22,7 @@ from .cache import Cache
 from .cache.signing import load_secret
 from .cache.tiered import DeferredTier, check_shared_url, local_tier, shared_tier
 from .cache.usage import Usage
-from .errors import FarmUnavailableError
+from .errors import FarmUnavailableError, RaycompileError
 from .orchestrator import Progress, Stats, progress_wanted
 from .orchestrator.connect import Target, resolve
 from .orchestrator.metrics import MetricsExporter
@@ -175,6 +175,15 @@ class Session:
         graphs = GraphCompiles(self.stats, send, s.graph_timeout_s)
         graphs.install()
         self._graph_tasks, self.graphs = tasks, graphs
+
+        def warm() -> None:
+            try:
+                if startup.wait_farm() is not None:
+                    tasks.warm()
+            except RaycompileError as e:  # the graphs then find out themselves, and compile here
+                log.debug("raycompile: graph workers not warmed: %s", e)
+
+        self.io.submit(warm)  # in the background: Dynamo traces the first graph meanwhile
 
     def _install_hooks(self) -> None:
         """The Inductor hooks alone: where compiles go, the output module, the module cache."""

@@ -84,6 +84,7 @@ from .entry import (
 )
 from .graphs import compile_here as compile_graph_here
 from .graphs import graphs_routed
+from .graphs import worker_warm as graph_worker_warm
 from .toolchain import TOOLCHAIN, InductorToolchain
 from .triton import (
     CUDA_ARCHES,
@@ -244,6 +245,7 @@ __all__ = [
     "compile_graph_here",
     "graphs",
     "graphs_routed",
+    "graph_worker_warm",
     "future_done",
     "fx_graph_key",
     "gpu_driver_check_disabled",

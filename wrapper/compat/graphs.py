@@ -46,6 +46,10 @@ SEAMS: Seams = {
     "compile_fx_ext._OutOfProcessFxCompile._postprocess": (
         "torch._inductor.compile_fx_ext", "_OutOfProcessFxCompile._postprocess"),
     "compile_fx_ext._WireProtocolPickledInput": ("torch._inductor.compile_fx_ext", "_WireProtocolPickledInput"),
+    "compile_fx_ext._graph_contains_triton_kernel_wrappers": (
+        "torch._inductor.compile_fx_ext", "_graph_contains_triton_kernel_wrappers"),
+    "codecache.FxGraphCache._check_for_hop": ("torch._inductor.codecache", "FxGraphCache._check_for_hop"),
+    "codecache.BypassFxGraphCache": ("torch._inductor.codecache", "BypassFxGraphCache"),
     "compile_fx_ext._WireProtocolPickledOutput.deserialize": (
         "torch._inductor.compile_fx_ext", "_WireProtocolPickledOutput.deserialize"),
     "codecache.FxGraphCache._save_graph": ("torch._inductor.codecache", "FxGraphCache._save_graph"),
@@ -122,6 +126,16 @@ def _device(example_inputs: Sequence[Any]) -> str:
     return "cpu"
 
 
+def worker_warm() -> None:
+    """Import what compiling a graph imports, and start CUDA where this worker has a GPU."""
+    import torch
+    import torch._inductor.compile_fx  # noqa: F401 - the import is the warm-up
+    import torch._inductor.compile_fx_ext  # noqa: F401
+
+    if torch.cuda.is_available():
+        torch.cuda.init()
+
+
 def compile_here(payload: bytes) -> bytes:
     """The receiving end (a Ray worker): compile the pickled graph with Inductor in this
     process, as torch's compile subprocess does, and return the pickled output."""
@@ -153,9 +167,10 @@ def _scheme_class() -> type:
             from torch._inductor.compile_fx import _InProcessFxCompile
             from torch._inductor.compile_fx_ext import _SerializedFxCompile, _WireProtocolPickledOutput
 
-            serialized = self.serialize_compile(gm, example_inputs, inputs_to_check, graph_kwargs)
+            with _pickling_failures() as failures:
+                serialized = self.serialize_compile(gm, example_inputs, inputs_to_check, graph_kwargs)
             if not serialized:
-                self.route.refused("torch's graph serializer refused it (a higher-order op or a user Triton kernel)")
+                self.route.refused(_unserializable(gm, failures))
                 here = _InProcessFxCompile()
                 here.compile_region_name = self.compile_region_name
                 return here.codegen_and_compile(gm, example_inputs, inputs_to_check, graph_kwargs)
@@ -199,6 +214,44 @@ def _scheme_class() -> type:
             return graph
 
     return RoutedFxCompile
+
+
+@contextlib.contextmanager
+def _pickling_failures() -> Iterator[list[str]]:
+    """Inside, torch's "Unable to pickle input graph or example inputs" warnings are collected
+    (their exception's text) instead of printed: the refusal is counted with that reason."""
+    failures: list[str] = []
+
+    class Collect(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if record.exc_info and record.exc_info[1] is not None:
+                failures.append(f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}")
+                return False
+            return True
+
+    logger = logging.getLogger("torch._inductor.compile_fx_ext")
+    collect = Collect()
+    logger.addFilter(collect)
+    try:
+        yield failures
+    finally:
+        logger.removeFilter(collect)
+
+
+def _unserializable(gm: Any, failures: list[str]) -> str:
+    """Why torch's serializer refused ``gm``, in its words where it gave them."""
+    from torch._inductor.codecache import BypassFxGraphCache, FxGraphCache
+    from torch._inductor.compile_fx_ext import _graph_contains_triton_kernel_wrappers
+
+    try:
+        FxGraphCache._check_for_hop(gm)
+    except BypassFxGraphCache as e:
+        return f"a higher-order op torch cannot serialize ({e})"
+    if _graph_contains_triton_kernel_wrappers(gm):
+        return "a user Triton kernel (its side table lives in this process)"
+    if failures:
+        return "the graph or its inputs did not pickle: " + failures[0][:200]
+    return "torch's graph serializer refused it"
 
 
 def _failed_over() -> concurrent.futures.Future[bytes]:
