@@ -46,6 +46,10 @@ SEAMS: Seams = {
     "compile_fx_ext._OutOfProcessFxCompile._postprocess": (
         "torch._inductor.compile_fx_ext", "_OutOfProcessFxCompile._postprocess"),
     "compile_fx_ext._WireProtocolPickledInput": ("torch._inductor.compile_fx_ext", "_WireProtocolPickledInput"),
+    "compile_fx_ext._WireProtocolInput.serialize": ("torch._inductor.compile_fx_ext", "_WireProtocolInput.serialize"),
+    "compile_fx_ext._WireProtocolOutput.serialize": ("torch._inductor.compile_fx_ext", "_WireProtocolOutput.serialize"),
+    "fx._graph_pickler.GraphPickler.dumps": ("torch.fx._graph_pickler", "GraphPickler.dumps"),
+    "fx._graph_pickler.Options": ("torch.fx._graph_pickler", "Options"),
     "compile_fx_ext._graph_contains_triton_kernel_wrappers": (
         "torch._inductor.compile_fx_ext", "_graph_contains_triton_kernel_wrappers"),
     "codecache.FxGraphCache._check_for_hop": ("torch._inductor.codecache", "FxGraphCache._check_for_hop"),
@@ -140,12 +144,28 @@ def compile_here(payload: bytes) -> bytes:
     """The receiving end (a Ray worker): compile the pickled graph with Inductor in this
     process, as torch's compile subprocess does, and return the pickled output."""
     import torch._inductor.metrics
-    from torch._inductor.compile_fx_ext import _SerializedFxCompile, _WireProtocolPickledInput
+    from torch._inductor.compile_fx_ext import (
+        _SerializedFxCompile,
+        _WireProtocolOutput,
+        _WireProtocolPickledInput,
+        _WireProtocolPickledOutput,
+    )
+    from torch._inductor.output_code import CompiledFxGraph
     from torch._inductor.utils import clear_caches
+
+    def serialize(self: Any) -> Any:  # torch's, with the operators of BUILT_IN_OPS admitted
+        if isinstance(self.graph, CompiledFxGraph):
+            self.graph.prepare_for_serialization()
+        return _WireProtocolPickledOutput(_dumps(self))
 
     clear_caches()  # a worker compiles many graphs: Inductor's per-compile state starts empty
     torch._inductor.metrics.reset()
-    return _SerializedFxCompile._run_in_child(_WireProtocolPickledInput(payload)).value
+    stock = _WireProtocolOutput.__dict__["serialize"]
+    _WireProtocolOutput.serialize = serialize
+    try:
+        return _SerializedFxCompile._run_in_child(_WireProtocolPickledInput(payload)).value
+    finally:
+        _WireProtocolOutput.serialize = stock
 
 
 def _scheme_class() -> type:
@@ -216,10 +236,30 @@ def _scheme_class() -> type:
     return RoutedFxCompile
 
 
+# namespaces of operators PyTorch itself defines, so a worker with the same torch has them (torch's
+# graph pickler admits aten and fbgemm only, and refuses every graph with a prims op: an ``arange``
+# (prims.iota) or a dtype conversion (prims.convert_element_type), that is most real models')
+BUILT_IN_OPS = ("torch.ops.aten.", "torch.ops.prims.", "torch.ops.fbgemm.", "torch.ops.inductor.",
+                "torch.ops.rngprims.", "torch.ops.quantized_decomposed.", "torch.ops._c10d_functional.",
+                "torch.ops.c10d_functional.", "torch.ops._dtensor.", "torch.ops.quantized.")
+
+
+def _built_in(name: str) -> bool:
+    return name.startswith(BUILT_IN_OPS)
+
+
+def _dumps(obj: Any) -> bytes:
+    """``obj`` pickled by torch's graph pickler, admitting the operators of ``BUILT_IN_OPS``."""
+    from torch.fx._graph_pickler import GraphPickler, Options
+
+    return GraphPickler.dumps(obj, Options(ops_filter=_built_in))
+
+
 @contextlib.contextmanager
 def _pickling_failures() -> Iterator[list[str]]:
-    """Inside, torch's "Unable to pickle input graph or example inputs" warnings are collected
-    (their exception's text) instead of printed: the refusal is counted with that reason."""
+    """Inside, what torch's serializer logs when it gives up on a graph (its debug "Skipping ..."
+    lines and its "Unable to pickle input graph or example inputs" warning, with the exception) is
+    collected instead of printed: the refusal is counted with those words."""
     failures: list[str] = []
 
     class Collect(logging.Filter):
@@ -227,14 +267,33 @@ def _pickling_failures() -> Iterator[list[str]]:
             if record.exc_info and record.exc_info[1] is not None:
                 failures.append(f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}")
                 return False
+            if record.levelno < logging.WARNING:
+                failures.append(record.getMessage())
+                return False  # enabled here only to be collected
             return True
 
+    from torch._inductor import compile_fx_ext
+
+    wire = compile_fx_ext._WireProtocolInput
+    stock_serialize = wire.__dict__["serialize"]  # torch's: the stock filter, and no word on failure
+
+    def serialize(self: Any) -> Any:  # torch (2.11) drops the pickling error without a word: keep it
+        try:
+            return compile_fx_ext._WireProtocolPickledInput(_dumps(self))
+        except Exception as e:
+            failures.append(f"{type(e).__name__}: {e}")
+            raise
+
     logger = logging.getLogger("torch._inductor.compile_fx_ext")
-    collect = Collect()
+    collect, level = Collect(), logger.level
     logger.addFilter(collect)
+    logger.setLevel(logging.DEBUG)
+    wire.serialize = serialize
     try:
         yield failures
     finally:
+        wire.serialize = stock_serialize
+        logger.setLevel(level)
         logger.removeFilter(collect)
 
 
@@ -250,7 +309,7 @@ def _unserializable(gm: Any, failures: list[str]) -> str:
     if _graph_contains_triton_kernel_wrappers(gm):
         return "a user Triton kernel (its side table lives in this process)"
     if failures:
-        return "the graph or its inputs did not pickle: " + failures[0][:200]
+        return "torch's graph serializer refused it: " + failures[-1][:240]
     return "torch's graph serializer refused it"
 
 
