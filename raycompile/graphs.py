@@ -11,6 +11,7 @@ from typing import Any
 
 _lock = threading.Lock()
 _settings: dict[str, Any] | None = None
+_fresh: Any = None  # this worker's empty Inductor cache dirs (compat.fresh_cache), for its session
 
 
 def _joined(settings: dict[str, Any]) -> Any:
@@ -19,6 +20,8 @@ def _joined(settings: dict[str, Any]) -> Any:
     import raycompile
     from raycompile import session as session_module
 
+    from .wrapper import compat
+
     with _lock:
         current = session_module.current()
         if current is None or _settings != settings:
@@ -26,10 +29,22 @@ def _joined(settings: dict[str, Any]) -> Any:
                 raycompile.disable()
             # a graph task never sends graphs on (no recursion), never loads compiled frames, and
             # times max-autotune's candidates itself: the GPU actors belong to the driver's session
+            # kernel compiles as Ray jobs, one pool for every graph task of the node (Inductor's own
+            # pool would be one per worker process, each as wide as the machine)
+            jobs = "cluster" if settings.get("compile_jobs") == "auto" else settings.get("compile_jobs")
             raycompile.enable(**{**settings, "graph_compiles": "local", "dynamo_cache": False, "autotune": False,
-                                 "progress": False, "metrics": False})
+                                 "progress": False, "metrics": False, "compile_jobs": jobs})
             _settings = dict(settings)
             current = session_module.current()
+            # Inductor's on-disk caches empty for this worker (once: its checks of the CPU's
+            # vector ISA and the like are kept), as for a precompile variant: a kernel built
+            # before this session would load from them and never reach the farm's cache, where
+            # the driver looks; what this session builds goes through the farm
+            global _fresh
+            if _fresh is not None:
+                _fresh.__exit__(None, None, None)
+            _fresh = compat.fresh_cache()
+            _fresh.__enter__()
         current.ready()
         return current
 
@@ -46,10 +61,7 @@ def compile_graph(payload: bytes, settings: dict[str, Any]) -> tuple[bytes, dict
         compat.graph_worker_warm()
         return b"", {"kernel_jobs": 0}
     before = session.stats.snapshot()
-    # Inductor's own on-disk caches empty, as for a precompile variant: a kernel this worker built
-    # before would load from them and never reach the farm's cache, where the driver looks
-    with compat.fresh_cache():
-        raw = compat.compile_graph_here(payload)
+    raw = compat.compile_graph_here(payload)
     after = session.stats.snapshot()
     jobs = (after["jobs"] + after["jobs_local"]) - (before["jobs"] + before["jobs_local"])
     return raw, {"kernel_jobs": jobs}
