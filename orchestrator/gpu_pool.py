@@ -77,7 +77,8 @@ class GPUPool:
         self.start_timeout_s = start_timeout_s
         self.profile = profile
         self._actors: list[_Actor] | None = None
-        self._lock = threading.Lock()  # one start; actors are handed out under it
+        self._lock = threading.Lock()  # actors are handed out under it (never held while they start)
+        self._starting = threading.Lock()  # one start at a time
         self._busy: set[int] = set()  # ids of actors timing a job (runs may overlap: threads)
         self._held: dict[str, int] = {}  # GPU uuid -> holders (hold): its actors take no job
         self._here: str | None = None  # this process's GPU uuid ("" without one), found once
@@ -100,11 +101,19 @@ class GPUPool:
         does not come up within ``start_timeout_s`` (its GPU is held by someone else) is left out.
         Raises FarmUnavailableError when Ray is not connected or fails (then a later call tries
         again)."""
-        with self._lock:
+        with self._starting:  # not self._lock: a timing in this process holds its GPU meanwhile
             if self._actors is not None:
                 return self._groups()
             with raycalls.calls(self._where, "starting the GPU workers"):
-                self._actors = self._start_actors()
+                actors = self._start_actors()
+            with self._lock:
+                closed = self._actors is not None  # close() ran meanwhile: these are not wanted
+                if not closed:
+                    self._actors = actors
+            if closed:
+                for a in actors:
+                    with contextlib.suppress(*raycalls.failures()):
+                        self._ray.kill(a.handle)
             return self._groups()
 
     def _start_actors(self) -> list[_Actor]:
@@ -138,13 +147,14 @@ class GPUPool:
 
     @property
     def started(self) -> bool:
-        """Whether the actors were started (or the pool closed)."""
-        with self._lock:
-            return self._actors is not None
+        """Whether the actors were started (or the pool closed); never waits for a start in
+        progress (False meanwhile: actors still starting take no job)."""
+        return self._actors is not None
 
     def prestart(self) -> None:
         """Start the actors in the background, once; returns at once. ``start``/``run`` wait for a
-        start in progress (it holds the lock), so nothing starts twice."""
+        start in progress (one start at a time), so nothing starts twice; ``hold`` and ``started``
+        never wait for it."""
         with self._lock:
             if self._actors is not None or self._prestart is not None:
                 return

@@ -157,6 +157,27 @@ class TestPool:
         assert {t.gpu for t in pool.run(jobs(CONFIGS, "triton_poi_held_2"), A)} == {held.gpu, other.gpu}
 
 
+def test_a_start_in_progress_never_delays_the_drivers_own_timings(cluster: Any) -> None:
+    """``hold`` (what the driver enters around each timing of its own) and ``started`` answer at
+    once while the actors are starting: here they cannot start (another pool has every GPU) and
+    the start waits out its time-out in the background."""
+    with GPUPool(Stats(), measure=FakeGPUTiming(), start_timeout_s=300) as owner:
+        owner.start()
+        late = GPUPool(Stats(), measure=FakeGPUTiming(), start_timeout_s=6)
+        try:
+            late.prestart()
+            time.sleep(1.0)  # the start is under way, waiting for a GPU
+            t = time.monotonic()
+            assert not late.started
+            with late.hold(owner._actors[0].uuid):
+                pass
+            assert time.monotonic() - t < 0.5
+            late._prestart.join(timeout=60)
+            assert late.started and late.groups() == {}  # none came up: left out, not an error
+        finally:
+            late.close()
+
+
 def test_max_autotune_decisions_are_timed_in_the_background(cluster: Any, tmp_path: pathlib.Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Pipelined max-autotune: as soon as Inductor makes a decision's precompile function
