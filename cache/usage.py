@@ -49,6 +49,9 @@ COUNTERS = (
     # compiled frames (settings.dynamo_cache)
     "dynamo_hits", "dynamo_misses", "dynamo_frames_loaded", "dynamo_frames_traced", "dynamo_published",
     "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full", "dynamo_unsaveable",
+    # whole-graph compiles on the cluster (settings.graph_compiles)
+    "graphs_sent", "graphs_backward_deferred", "graphs_backward_early", "graphs_refused", "graphs_failed",
+    "graph_kernel_jobs", "graph_compile_seconds", "graph_wait_seconds",
 )
 STATS_FILE, CONFIG_FILE, LOCK_FILE = "stats.json", "config.json", "usage.lock"
 LOCK_TIMEOUT_S = 10.0  # a session closing never waits longer than this for the others
