@@ -82,9 +82,9 @@ from .entry import (
     remote_module_caches,
     stock_pools,
 )
-from .graphs import compile_here as compile_graph_here
+from .graph_wire import compile_here as compile_graph_here
+from .graph_wire import worker_warm as graph_worker_warm
 from .graphs import graphs_routed
-from .graphs import worker_warm as graph_worker_warm
 from .toolchain import TOOLCHAIN, InductorToolchain
 from .triton import (
     CUDA_ARCHES,
