@@ -56,6 +56,7 @@ class GraphTasks:
         self._slots: threading.BoundedSemaphore | None = None
         self._gpu_nodes: list[str] = []
         self.width = 0  # graphs compiled at once (at the first send)
+        self._labelled = False  # the cluster labels its GPU nodes (GPU_RESOURCE)
         self._turn = itertools.count()
         self._lock = threading.Lock()
         self._closed = False
