@@ -151,25 +151,27 @@ def _scheme_class() -> type:
             from torch._inductor.compile_fx import _InProcessFxCompile
             from torch._inductor.compile_fx_ext import _SerializedFxCompile, _WireProtocolPickledOutput
 
+            region = self.compile_region_name
+
+            def in_process() -> Any:  # stock's compile of this graph, inside Inductor's compile
+                compiler = _InProcessFxCompile()
+                compiler.compile_region_name = region
+                return compiler.codegen_and_compile(gm, example_inputs, inputs_to_check, graph_kwargs)
+
             with _pickling_failures() as failures:
                 serialized = self.serialize_compile(gm, example_inputs, inputs_to_check, graph_kwargs)
             if not serialized:
                 self.route.refused(_unserializable(gm, failures))
-                here = _InProcessFxCompile()
-                here.compile_region_name = self.compile_region_name
-                return here.codegen_and_compile(gm, example_inputs, inputs_to_check, graph_kwargs)
+                return in_process()
             inputs, constants = serialized
             backward = bool(graph_kwargs.get("is_backward", False))
-            region = self.compile_region_name
 
             def here() -> Any:
                 """This graph compiled in this process (its remote compile failed): inside Inductor's
                 compile, as stock; at a deferred backward's call, outside it, so from the pickled
                 input, in the state a worker would have rebuilt (torch's serialize-only mode)."""
                 if torch._guards.TracingContext.try_get() is not None:
-                    compiler = _InProcessFxCompile()
-                    compiler.compile_region_name = region
-                    return compiler.codegen_and_compile(gm, example_inputs, inputs_to_check, graph_kwargs)
+                    return in_process()
                 return load(_SerializedFxCompile._run_in_child(inputs).value)
 
             def load(raw: bytes) -> Any:
