@@ -53,7 +53,7 @@ def compile_graph(payload: bytes, settings: dict[str, Any]) -> tuple[bytes, dict
     """Compile one pickled graph here; (pickled output, {"kernel_jobs": jobs this compile sent or
     ran}). An error of the compile itself is raised (the driver compiles the graph itself then).
     An empty payload only readies this worker (its session, Inductor's imports, CUDA): the
-    driver warms its graph workers so while Dynamo traces the first graph."""
+    driver warms its graph workers while Dynamo traces the first graph."""
     from .wrapper import compat
 
     session = _joined(settings)
