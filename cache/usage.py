@@ -48,7 +48,7 @@ COUNTERS = (
     "benchmarks_local", "autotune_cached", "benchmarks_verified",
     # compiled frames (settings.dynamo_cache)
     "dynamo_hits", "dynamo_misses", "dynamo_frames_loaded", "dynamo_frames_traced", "dynamo_published",
-    "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full", "dynamo_unsaveable",
+    "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full", "dynamo_unsaveable", "dynamo_write_failed",
     # whole-graph compiles on the cluster (settings.graph_compiles)
     "graphs_sent", "graphs_backward_deferred", "graphs_backward_early", "graphs_refused", "graphs_failed",
     "graph_kernel_jobs", "graph_compile_seconds", "graph_wait_seconds",

@@ -51,7 +51,8 @@ def frames_lines(stats: Mapping[str, Any]) -> list[str]:
         return []
     lines = [f"  compiled frames: {stats.get('dynamo_frames_loaded', 0)} loaded from entries "
              f"(no Dynamo, no AOTAutograd), {stats.get('dynamo_frames_traced', 0)} traced; entries "
-             f"published {stats.get('dynamo_published', 0)}, invalid here {stats.get('dynamo_invalid', 0)}, "
+             f"published {stats.get('dynamo_published', 0)}, failed to write {stats.get('dynamo_write_failed', 0)}, "
+             f"invalid here {stats.get('dynamo_invalid', 0)}, "
              f"unkeyed {stats.get('dynamo_unkeyed', 0)}"]
     for name, row in sorted(functions.items()):
         gen = f"   generation {row['generation']}" if row.get("generation") is not None else ""

@@ -270,6 +270,7 @@ class FrameCache:
                     self.stats.add(dynamo_incomplete=len(left))
             return len(due)
         except Exception as e:  # noqa: BLE001 - a write that fails costs the next process a trace, never this one
+            self.stats.add(dynamo_write_failed=1)
             log.warning("raycompile: could not write compiled frames to the cache (%s: %s); the next process "
                         "traces them again", type(e).__name__, e)
             return 0

@@ -171,3 +171,33 @@ def test_a_frame_whose_guards_torch_cannot_save_still_compiles() -> None:
         out = torch.compile(f, backend="eager")(torch.ones(3))
     assert torch.equal(out, torch.full((3,), 2.0))
     assert len(store.unsaved) == 1 and "local scope" in store.unsaved[0]
+
+
+def test_guard_sources_pickle_whole_where_torch_2_11_would_not() -> None:
+    """torch 2.11 pickles a guard source as its class called with all its fields, also those its
+    constructor does not take: a frame reading a function's defaults (Mixtral's, on the GPU
+    machine) then never unpickles, so it could be neither written nor loaded. This torch (2.13)
+    pickles it right; its reducer is swapped here for 2.11's (a stand-in for that torch, named as
+    such), and inside ``frames_stored`` the guard pickles and unpickles; outside, torch's is back."""
+    import dataclasses
+    import pickle
+
+    from torch._dynamo.source import DefaultsSource, LocalSource
+
+    def reduce_like_torch_2_11(self: Any) -> tuple[Any, tuple[Any, ...]]:
+        return type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
+    reduce_like_torch_2_11.__module__ = "torch._guards"
+    ours = DefaultsSource.__dict__["__reduce__"]
+    source = DefaultsSource(LocalSource("fn"), 1)
+    assert pickle.loads(pickle.dumps(source)) == source  # this torch's own
+    DefaultsSource.__reduce__ = reduce_like_torch_2_11
+    try:
+        with pytest.raises(TypeError, match="positional arguments"):
+            pickle.loads(pickle.dumps(source))
+        with compat.frames_stored(Recorder()):
+            again = pickle.loads(pickle.dumps(source))
+        assert again == source and again.name == source.name
+        assert DefaultsSource.__dict__["__reduce__"] is reduce_like_torch_2_11
+    finally:
+        DefaultsSource.__reduce__ = ours

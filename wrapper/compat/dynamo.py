@@ -53,6 +53,7 @@ SEAMS: Seams = {
     "guards.CheckFunctionManager.serialize_guards": ("torch._dynamo.guards", "CheckFunctionManager.serialize_guards"),
     "guards.CheckFunctionManager.__init__": ("torch._dynamo.guards", "CheckFunctionManager.__init__"),
     "dynamo.config.get_config_copy": ("torch._dynamo.config", "get_config_copy"),
+    "guards.Source": ("torch._guards", "Source"),
     "functorch.config.get_config_copy": ("torch._functorch.config", "get_config_copy"),
 }
 
@@ -177,12 +178,15 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
         stock_init(*bound.args, **bound.kwargs)
 
     saved = (dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering)
+    reducers = _init_field_reducers()
     quiet = _DroppedGuardNotes(lambda why: store.unsaveable("", why))
     noted = [logging.getLogger(name) for name in _NOTED_LOGGERS]
     cache.__class__ = FarmDynamoCache
     compile_package.code_context = code_context
     CheckFunctionManager.serialize_guards = serialize_guards
     CheckFunctionManager.__init__ = __init__
+    for source_class, (_, fixed) in reducers.items():
+        source_class.__reduce__ = fixed
     dconfig.caching_precompile = True
     fconfig.bundled_autograd_cache = True
     fconfig.force_non_lazy_backward_lowering = True
@@ -203,7 +207,55 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
         compile_package.code_context = stock_code_context
         CheckFunctionManager.serialize_guards = stock_serialize
         CheckFunctionManager.__init__ = stock_init
+        for source_class, (stock_reduce, _) in reducers.items():
+            source_class.__reduce__ = stock_reduce
         dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering = saved
+
+
+def _init_field_reducers() -> dict[type, tuple[Any, Any]]:
+    """Guard sources whose pickling is broken, with a ``__reduce__`` that is not: {class: (torch's,
+    fixed)}. torch 2.11's ``dataclass_with_cached_hash`` pickles a source as its class called with
+    every field, also those the constructor does not take (``DefaultsSource.field``, ``_name``), so
+    the guards of a frame that reads a function's defaults (Mixtral's) pickle but never unpickle,
+    and that frame's entry could neither be written nor loaded. Fixed in later torch (only the
+    constructor's fields), where this finds nothing to mend."""
+    import dataclasses
+
+    from torch._guards import Source
+
+    def reduce(self: Any) -> tuple[Any, tuple[Any, ...]]:
+        return type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.init)
+
+    out: dict[type, tuple[Any, Any]] = {}
+    pending, seen = [Source], set()
+    while pending:
+        cls = pending.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        pending.extend(cls.__subclasses__())
+        stock = cls.__dict__.get("__reduce__")
+        if (stock is None or getattr(stock, "__module__", "") != "torch._guards"
+                or not dataclasses.is_dataclass(cls) or all(f.init for f in dataclasses.fields(cls))):
+            continue
+        if _reduces_every_field(cls, stock):
+            out[cls] = (stock, reduce)
+    return out
+
+
+def _reduces_every_field(cls: type, stock: Any) -> bool:
+    """Whether torch's ``__reduce__`` of ``cls`` hands its constructor the fields it does not take
+    (read from the function's code: it names ``f.init`` where it filters them)."""
+    code = getattr(stock, "__code__", None)
+    return code is not None and "init" not in _all_names(code)
+
+
+def _all_names(code: Any) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _all_names(const)
+    return names
 
 
 _ALSO_DROPPED = frozenset({"CLASS_MATCH", "MODULE_MATCH", "FUNCTION_MATCH", "NN_MODULE"})
