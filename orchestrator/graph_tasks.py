@@ -138,12 +138,15 @@ class GraphTasks:
     def warm(self) -> int:
         """Ready as many workers as graphs may compile at once (each joins its farm session and
         imports Inductor: seconds a first graph would otherwise wait), spread like graphs; returns
-        how many. Raises FarmUnavailableError when Ray cannot be reached."""
+        how many (0 once closed). Raises FarmUnavailableError when Ray cannot be reached."""
+        if self._closed:
+            return 0
         self._setup()
         device = "cuda" if self._gpu_nodes else "cpu"
         with raycalls.calls(raycalls.address(), "warming the graph-compile workers"):
             for _ in range(self.width):
                 self._task.options(**self._options(device)).remote(self._run, b"", self.worker_settings)
+        self.stats.add(graph_workers_warmed=self.width)
         return self.width
 
     def close(self) -> None:

@@ -82,6 +82,7 @@ class Stats:
         self.dynamo_incomplete = 0  # packages left unwritten at close: a frame lacked its backend
         self.dynamo_full = 0  # publishes skipped: the function's entry used every generation
         self.dynamo_unsaveable = 0  # frames torch cannot save (cannot name their code): traced on every node
+        self.dynamo_write_failed = 0  # writes of entries that failed (the warning says why): the next process traces
         self.dynamo_functions: dict[str, dict[str, Any]] = {}  # function -> its path and frame counts
         self.dynamo_unsaveable_reasons: Counter[str] = Counter()  # why frames were not saved (torch's words)
         # whole-graph compiles on the cluster (settings.graph_compiles; wrapper/graphs.py)
@@ -93,6 +94,7 @@ class Stats:
         self.graph_compile_seconds = 0.0  # summed over the tasks, as measured on the workers
         self.graph_wait_seconds = 0.0  # this process waiting for graphs (forward: at once; backward: at its call)
         self.graph_kernel_jobs = 0  # kernel compile jobs the graph tasks' workers ran or sent
+        self.graph_workers_warmed = 0  # warm-up tasks sent at enable() (each readies a worker)
         self.graph_nodes: Counter[str] = Counter()  # node id -> graphs compiled there
         self.graph_workers: Counter[int] = Counter()  # worker pid -> graphs compiled there
         self.graphs_refused_reasons: Counter[str] = Counter()
@@ -208,7 +210,7 @@ class Stats:
 
 
 GRAPH_COUNTERS = ("graphs_sent", "graphs_backward_deferred", "graphs_backward_early", "graphs_refused", "graphs_failed",
-                  "graph_kernel_jobs")
+                  "graph_kernel_jobs", "graph_workers_warmed")
 DYNAMO_COUNTERS = ("dynamo_hits", "dynamo_misses", "dynamo_frames_loaded", "dynamo_frames_traced",
                    "dynamo_published", "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full",
-                   "dynamo_unsaveable")
+                   "dynamo_unsaveable", "dynamo_write_failed")

@@ -6,7 +6,9 @@ compile of the pickled graph (``compat.compile_graph_here``)."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from typing import Any
 
 _lock = threading.Lock()
@@ -53,7 +55,22 @@ def compile_graph(payload: bytes, settings: dict[str, Any]) -> tuple[bytes, dict
     """Compile one pickled graph here; (pickled output, {"kernel_jobs": jobs this compile sent or
     ran}). An error of the compile itself is raised (the driver compiles the graph itself then).
     An empty payload only readies this worker (its session, Inductor's imports, CUDA): the
-    driver warms its graph workers while Dynamo traces the first graph."""
+    driver warms its graph workers while Dynamo traces the first graph.
+    ``RAYCOMPILE_GRAPH_PROFILE_DIR`` in the workers' environment: each graph's compile runs under
+    cProfile, written there (a diagnosis of where a worker's time goes)."""
+    where = os.environ.get("RAYCOMPILE_GRAPH_PROFILE_DIR")
+    if where and payload:  # a diagnosis: each graph's compile under cProfile, one file per graph
+        import cProfile
+
+        profiler = cProfile.Profile()
+        try:
+            return profiler.runcall(_compile_graph, payload, settings)
+        finally:
+            profiler.dump_stats(os.path.join(where, f"graph-{os.getpid()}-{time.time():.3f}.prof"))
+    return _compile_graph(payload, settings)
+
+
+def _compile_graph(payload: bytes, settings: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
     from .wrapper import compat
 
     session = _joined(settings)

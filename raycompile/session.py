@@ -89,6 +89,8 @@ class Session:
         self.frames: Any = None  # wrapper.frames.FrameCache: Dynamo precompile entries in the tiers
         self.graphs: Any = None  # wrapper.graphs.GraphCompiles: whole graphs compiled by Ray tasks
         self._graph_tasks: Any = None
+        if settings.graph_compiles == "cluster" and self.startup is not None:
+            self._start_graph_tasks()
         if settings.dynamo_cache_on:
             self._install_frames()
         if compat.inductor_loaded():  # then installing costs milliseconds: do it now, for every path in
@@ -145,18 +147,20 @@ class Session:
                                                             submit=self.io.submit, registry=self.winners)
             if self.autotune is not None:
                 self.hooks.router.on_triton_job = self.autotune.prestart
-            if self.settings.graph_compiles == "cluster" and self.startup is not None:
+            if self._graph_tasks is not None:
                 self._install_graphs()
             self._tuning_installed = True
         if self.graphs is not None:
             self.graphs.prepare_thread()
 
-    def _install_graphs(self) -> None:
-        """Whole-graph compiles as Ray tasks (``wrapper/graphs.py``); the workers' sessions join
-        this cluster with this session's cache settings."""
+    def _start_graph_tasks(self) -> None:
+        """The Ray tasks of whole-graph compiles (``orchestrator/graph_tasks.py``), made at
+        ``enable()``, and their workers warmed in the background as soon as the farm is up: each
+        joins its farm session, imports Inductor and starts CUDA (seconds to tens of seconds in a
+        new process), while the script builds its model and Dynamo traces, not while the first
+        graph waits. The workers' sessions join this cluster with this session's cache settings."""
         from .graphs import compile_graph
         from .orchestrator.graph_tasks import GraphTasks
-        from .wrapper.graphs import GraphCompiles
 
         s = self.settings
         worker = {"address": "auto", "cache_dir": s.cache_dir, "shared_cache": s.shared_cache, "secret": s.secret,
@@ -166,15 +170,7 @@ class Session:
         tasks = GraphTasks(self.stats, compile_graph, worker, s.graph_timeout_s)
         startup = self.startup
         assert startup is not None
-
-        def send(payload: bytes, device: str) -> Any:
-            if startup.wait_farm() is None:  # Ray unreachable, fallback on: the graph is compiled here
-                raise FarmUnavailableError(s.address or "the Ray cluster", "Ray is unreachable")
-            return tasks.send(payload, device)
-
-        graphs = GraphCompiles(self.stats, send, s.graph_timeout_s)
-        graphs.install()
-        self._graph_tasks, self.graphs = tasks, graphs
+        self._graph_tasks = tasks
 
         def warm() -> None:
             try:
@@ -183,7 +179,23 @@ class Session:
             except RaycompileError as e:  # the graphs then find out themselves, and compile here
                 log.debug("raycompile: graph workers not warmed: %s", e)
 
-        self.io.submit(warm)  # in the background: Dynamo traces the first graph meanwhile
+        self.io.submit(warm)
+
+    def _install_graphs(self) -> None:
+        """Whole-graph compiles as Ray tasks (``wrapper/graphs.py``), at the first compile."""
+        from .wrapper.graphs import GraphCompiles
+
+        s, tasks, startup = self.settings, self._graph_tasks, self.startup
+        assert tasks is not None and startup is not None
+
+        def send(payload: bytes, device: str) -> Any:
+            if startup.wait_farm() is None:  # Ray unreachable, fallback on: the graph is compiled here
+                raise FarmUnavailableError(s.address or "the Ray cluster", "Ray is unreachable")
+            return tasks.send(payload, device)
+
+        graphs = GraphCompiles(self.stats, send, s.graph_timeout_s)
+        graphs.install()
+        self.graphs = graphs
 
     def _install_hooks(self) -> None:
         """The Inductor hooks alone: where compiles go, the output module, the module cache."""
@@ -249,6 +261,7 @@ class Session:
             self.frames.close()
         if self.graphs is not None:
             self.graphs.close()
+        if self._graph_tasks is not None:
             self._graph_tasks.close()
         if self._unbind is not None:
             self._unbind()

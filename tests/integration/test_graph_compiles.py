@@ -134,3 +134,19 @@ def test_a_graph_compile_that_does_not_answer_in_time_is_compiled_here(local_ray
     graphs = {k: v for k, v in s.items() if "graph" in k}
     assert s["graphs_failed"] >= 4 and s["graphs_failed"] + s["graphs_sent"] == 8, graphs
     assert s["graphs_refused"] == 0, graphs
+
+
+def test_graph_workers_are_warmed_at_enable_before_any_compile(local_ray: None, tmp_path: pathlib.Path) -> None:
+    """A new Ray worker takes seconds to tens of seconds to join its farm session and import
+    Inductor; that starts at ``enable()``, while the script builds its model, not at the first
+    compile, where the first graph would wait for it."""
+    import time
+
+    with raycompile.enabled(graph_compiles="cluster", cache_dir=str(tmp_path / "rc"), shared_cache="none",
+                            secret="graph-compiles-test"):
+        deadline = time.monotonic() + 60
+        while raycompile.stats()["graph_workers_warmed"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        s = raycompile.stats()
+    assert s["graph_workers_warmed"] >= 1, s  # one node of 2 CPUs: 1 graph at once
+    assert s["graphs_sent"] == 0 and s["jobs"] == 0, s  # nothing compiled, nothing asked of Inductor

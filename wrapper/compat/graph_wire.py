@@ -107,14 +107,16 @@ def compile_here(payload: bytes) -> bytes:
         _WireProtocolPickledOutput,
     )
     from torch._inductor.output_code import CompiledFxGraph
-    from torch._inductor.utils import clear_caches
 
     def serialize(self: Any) -> Any:  # torch's, with the operators of BUILT_IN_OPS admitted
         if isinstance(self.graph, CompiledFxGraph):
             self.graph.prepare_for_serialization()
         return _WireProtocolPickledOutput(_dumps(self))
 
-    clear_caches()  # a worker compiles many graphs: Inductor's per-compile state starts empty
+    # Inductor's caches are kept from graph to graph, as in one process compiling a model's graphs
+    # (torch's compile subprocess clears them for each graph, because its parent may have moved
+    # its cache dir; this worker's dir is its session's): the vector-ISA checks, the imports'
+    # lru_caches, the max-autotune timings of a shape another graph of this worker timed
     torch._inductor.metrics.reset()
     stock = _WireProtocolOutput.__dict__["serialize"]
     _WireProtocolOutput.serialize = serialize

@@ -61,7 +61,6 @@ SEAMS: Seams = {
     "codecache.FxGraphCache._save_graph": ("torch._inductor.codecache", "FxGraphCache._save_graph"),
     "output_code.OutputCode": ("torch._inductor.output_code", "OutputCode"),
     "output_code.CompiledFxGraph": ("torch._inductor.output_code", "CompiledFxGraph"),
-    "utils.clear_caches": ("torch._inductor.utils", "clear_caches"),
     "metrics.reset": ("torch._inductor.metrics", "reset"),
     "config.save_config_portable": ("torch._inductor.config", "save_config_portable"),
     "config._get_dict": ("torch._inductor.config", "_get_dict"),
