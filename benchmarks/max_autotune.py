@@ -147,7 +147,7 @@ def child(case: str, model: str, mode: str, layers: int, batch: int, seq: int, s
             from gpu_steps import same_process_vs_stock
 
             raycompile.disable()
-            same_process = same_process_vs_stock(fn, args, compiled, steps)
+            same_process = same_process_vs_stock(fn, args, compiled, steps, mode=mode)
     print("RESULT " + json.dumps({"enable_s": enable_s, "compile_s": compile_s, "step_ms": wall, "gpu_ms": gpu_ms,
                                   "checksum": checksum, "stats": stats, "same": same_process, "profile": parts}),
           flush=True)
@@ -266,7 +266,10 @@ def table(rows: list[dict[str, Any]], a: argparse.Namespace, hardware: str) -> N
             same = r["same"]
             print(f"{r['model']} {r['case']} {r['gpus']} GPU, same process, alternating rounds: farm "
                   f"{same['farm_ms']:.3f} ms, stock {same['stock_ms']:.3f} ms ({same['ratio']:.3f}x); GPU "
-                  f"{same['gpu_ratio']:.3f}x")
+                  f"{same['gpu_ratio']:.3f}x; stock compiled {same.get('stock_graphs', '?')} graphs in "
+                  f"{same['stock_compile_s']:.1f} s"
+                  + ("" if same.get("valid", True) else
+                     " -- NOT VALID: stock compiled no graph of its own (it ran the farm's frames)"))
         if r.get("profile"):
             print(f"{r['model']} {r['case']} {r['gpus']} GPU, driver's first call (cumulative s): {r['profile']}")
         s = r.get("stats") or {}
