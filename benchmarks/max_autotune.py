@@ -239,6 +239,14 @@ def main() -> None:
     print(f"wrote {path}" + (f" and {png}" if png else ""))
 
 
+def _jobs(s: dict[str, Any]) -> str:
+    """Kernel compile jobs: on Ray, in this node's Inductor workers, and those the graph tasks'
+    workers ran or sent."""
+    if s.get("jobs") is None:
+        return ""
+    return str(s["jobs"] + s.get("jobs_local", 0) + s.get("graph_kernel_jobs", 0))
+
+
 def table(rows: list[dict[str, Any]], a: argparse.Namespace, hardware: str) -> None:
     space = " (EXHAUSTIVE)" if a.exhaustive else ""
     print(f"\n{a.mode}{space}; {a.layers} layers, batch {a.batch}x{a.seq}; {hardware}")
@@ -258,7 +266,7 @@ def table(rows: list[dict[str, Any]], a: argparse.Namespace, hardware: str) -> N
             if stock is not None and not stock.get("timed_out") and r is not stock:
                 vs = f"{r['step_ms'] / stock['step_ms']:.3f}"
             cells += [f"{r['compile_s']:.1f}", ratio, f"{r['step_ms']:.2f}", vs, f"{r['gpu_ms']:.2f}",
-                      str(s.get("jobs", "") if s.get("jobs") is not None else ""), str(s.get("benchmarks", "")),
+                      _jobs(s), str(s.get("benchmarks", "")),
                       str(s.get("graphs_sent", "")), f"{r['checksum']:.4f}"]
         print("| " + " | ".join(cells) + " |")
     for r in rows:
