@@ -246,16 +246,10 @@ def _init_field_reducers() -> dict[type, tuple[Any, Any]]:
 def _reduces_every_field(cls: type, stock: Any) -> bool:
     """Whether torch's ``__reduce__`` of ``cls`` hands its constructor the fields it does not take
     (read from the function's code: it names ``f.init`` where it filters them)."""
+    from .precompile import _code_names
+
     code = getattr(stock, "__code__", None)
-    return code is not None and "init" not in _all_names(code)
-
-
-def _all_names(code: Any) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, "co_names"):
-            names |= _all_names(const)
-    return names
+    return code is not None and "init" not in _code_names(code)
 
 
 _ALSO_DROPPED = frozenset({"CLASS_MATCH", "MODULE_MATCH", "FUNCTION_MATCH", "NN_MODULE"})
