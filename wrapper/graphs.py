@@ -10,7 +10,7 @@ Counted in ``stats()``: ``graphs_sent``, ``graphs_backward_deferred``, ``graphs_
 ``graphs_refused_reasons``: what the seam cannot carry, compiled here), ``graphs_failed`` (a task
 that failed or timed out: compiled here), ``graph_compile_seconds`` (on the workers),
 ``graph_wait_seconds`` (this process waiting), ``graph_kernel_jobs``, ``graph_nodes``,
-``graph_workers``.
+``graph_workers``, ``graph_workers_warmed`` (warm-up tasks sent at ``enable()``).
 """
 
 from __future__ import annotations
