@@ -315,12 +315,14 @@ def main() -> int:
                                        profile=str(args.out / f"overhead_{args.label}") if args.profile else None)
             doc["results"] = results  # written after each model: a time-out keeps what finished
             path.write_text(json.dumps(doc, indent=1))
+        # printed before the cluster is stopped (its stop can take a minute: a time-out around
+        # this script then still leaves the table)
+        print()
+        print(table(results))
+        same = {m: len({r["loss"] for r in rows.values()}) == 1 for m, rows in results.items()}
+        print(f"\nthe same loss (bitwise) in every case: {same}", flush=True)
     finally:
         stop_ray(ray_proc)
-    print()
-    print(table(results))
-    same = {m: len({r["loss"] for r in rows.values()}) == 1 for m, rows in results.items()}
-    print(f"\nthe same loss (bitwise) in every case: {same}")
     try:
         sys.path.insert(0, str(HERE))
         from plot import grouped_bars_png
