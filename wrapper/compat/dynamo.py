@@ -238,13 +238,13 @@ def _init_field_reducers() -> dict[type, tuple[Any, Any]]:
         if (stock is None or getattr(stock, "__module__", "") != "torch._guards"
                 or not dataclasses.is_dataclass(cls) or all(f.init for f in dataclasses.fields(cls))):
             continue
-        if _reduces_every_field(cls, stock):
+        if _reduces_every_field(stock):
             out[cls] = (stock, reduce)
     return out
 
 
-def _reduces_every_field(cls: type, stock: Any) -> bool:
-    """Whether torch's ``__reduce__`` of ``cls`` hands its constructor the fields it does not take
+def _reduces_every_field(stock: Any) -> bool:
+    """Whether torch's source ``__reduce__`` ``stock`` hands its constructor the fields it does not take
     (read from the function's code: it names ``f.init`` where it filters them)."""
     from .precompile import _code_names
 
