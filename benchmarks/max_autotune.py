@@ -1,6 +1,6 @@
 """Max-autotune, stock against the farm: time to the first output and the steady-state step.
 
-    python benchmarks/max_autotune.py [--models gpt2 llama gpt2-breaks] [--cases stock farm farm-graphs]
+    python benchmarks/max_autotune.py [--models gpt2 llama gpt2-breaks] [--cases stock farm farm-graphs farm-backward]
         [--gpus 1 2] [--mode max-autotune-no-cudagraphs|max-autotune] [--layers 4] [--batch 4] [--seq 512]
         [--exhaustive] [--stock-timeout 560] [--steps 20] [--same-process] [--profile] [--label NAME]
 
@@ -13,7 +13,9 @@ Cases, each a NEW process with EMPTY Inductor, Triton and raycompile caches:
 - ``farm``: ``raycompile.enable()`` with default settings (kernel compiles and max-autotune's
   candidates on the cluster: GPU actors time them);
 - ``farm-graphs``: the same with ``graph_compiles="cluster"``: each graph's whole Inductor compile a
-  Ray task, the backward graphs compiled while the forward runs.
+  Ray task, the backward graphs compiled while the forward runs;
+- ``farm-backward``: ``graph_compiles="backward"``: only the backward graphs are Ray tasks (compiled
+  while the forward runs), the forward graphs compile in this process with the farm.
 The farm cases run on a Ray cluster made here (``ray.cluster_utils``) with ``--gpus N`` GPUs (each
 N a new cluster), whose workers also start with empty caches.
 
@@ -113,7 +115,8 @@ def child(case: str, model: str, mode: str, layers: int, batch: int, seq: int, s
     if case != "stock":
         import raycompile
 
-        raycompile.enable(address="auto", graph_compiles="cluster" if case == "farm-graphs" else "local")
+        graphs = {"farm-graphs": "cluster", "farm-backward": "backward"}.get(case, "local")
+        raycompile.enable(address="auto", graph_compiles=graphs)
     enable_s = time.perf_counter() - t0
     fn, args = build(model, layers, batch, seq)
     compiled = torch.compile(fn, mode=mode)

@@ -50,8 +50,8 @@ COUNTERS = (
     "dynamo_hits", "dynamo_misses", "dynamo_frames_loaded", "dynamo_frames_traced", "dynamo_published",
     "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full", "dynamo_unsaveable", "dynamo_write_failed",
     # whole-graph compiles on the cluster (settings.graph_compiles)
-    "graphs_sent", "graphs_backward_deferred", "graphs_backward_early", "graphs_refused", "graphs_failed",
-    "graph_kernel_jobs", "graph_workers_warmed", "graph_compile_seconds", "graph_wait_seconds",
+    "graphs_sent", "graphs_backward_deferred", "graphs_backward_early", "graphs_forward_here", "graphs_refused",
+    "graphs_failed", "graph_kernel_jobs", "graph_workers_warmed", "graph_compile_seconds", "graph_wait_seconds",
 )
 STATS_FILE, CONFIG_FILE, LOCK_FILE = "stats.json", "config.json", "usage.lock"
 LOCK_TIMEOUT_S = 10.0  # a session closing never waits longer than this for the others

@@ -65,6 +65,7 @@ COUNTERS: dict[str, tuple[str, dict[str, str], str]] = {
                          "Dynamo precompile entries written to the tiers"),
     "graphs_sent": ("raycompile_graphs_total", {"path": "cluster"},
                     "Graphs compiled, by where (a Ray task; here: refused or failed on the cluster)"),
+    "graphs_forward_here": ("raycompile_graphs_total", {"path": "here"}, ""),
     "graphs_refused": ("raycompile_graphs_total", {"path": "refused"}, ""),
     "graphs_failed": ("raycompile_graphs_total", {"path": "failed"}, ""),
     "graph_wait_seconds": ("raycompile_graph_wait_seconds_total", {},

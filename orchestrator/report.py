@@ -41,7 +41,23 @@ def summary(stats: Mapping[str, Any], records: list[JobRecord], node_names: Mapp
             lines.append(f"    {r.seconds:>7.2f} s  {r.outcome:<10} {r.label[:90]}")
     lines.extend(autotune_lines(stats))
     lines.extend(frames_lines(stats))
+    lines.extend(graphs_lines(stats))
     return "\n".join(lines)
+
+
+def graphs_lines(stats: Mapping[str, Any]) -> list[str]:
+    """Where whole graphs were compiled (settings.graph_compiles), [] if unused."""
+    sent, here = stats.get("graphs_sent", 0), stats.get("graphs_forward_here", 0)
+    refused, failed = stats.get("graphs_refused", 0), stats.get("graphs_failed", 0)
+    if not (sent or here or refused or failed):
+        return []
+    lines = [f"  whole graphs: {sent} compiled on the cluster ({stats.get('graphs_backward_deferred', 0)} backward, "
+             f"waited for at their call), {here} forward compiled here; refused {refused}, failed {failed}; "
+             f"{stats.get('graph_compile_seconds', 0.0):.1f} s on the workers, this process waited "
+             f"{stats.get('graph_wait_seconds', 0.0):.1f} s"]
+    for why, n in sorted((stats.get("graphs_refused_reasons") or {}).items(), key=lambda kv: -kv[1])[:5]:
+        lines.append(f"    refused {n:>3}: {why[:100]}")
+    return lines
 
 
 def frames_lines(stats: Mapping[str, Any]) -> list[str]:

@@ -89,6 +89,7 @@ class Stats:
         self.graphs_sent = 0  # graphs whose whole Inductor compile ran as a Ray task
         self.graphs_backward_deferred = 0  # of those, backward graphs waited for at their first call
         self.graphs_backward_early = 0  # of those, waited for before their call (something asked the graph)
+        self.graphs_forward_here = 0  # forward and inference graphs compiled here (graph_compiles="backward")
         self.graphs_refused = 0  # graphs compiled in this process: the out-of-process path cannot carry them
         self.graphs_failed = 0  # graphs whose remote compile failed (then compiled in this process)
         self.graph_compile_seconds = 0.0  # summed over the tasks, as measured on the workers
@@ -209,8 +210,8 @@ class Stats:
             }
 
 
-GRAPH_COUNTERS = ("graphs_sent", "graphs_backward_deferred", "graphs_backward_early", "graphs_refused", "graphs_failed",
-                  "graph_kernel_jobs", "graph_workers_warmed")
+GRAPH_COUNTERS = ("graphs_sent", "graphs_backward_deferred", "graphs_backward_early", "graphs_forward_here",
+                  "graphs_refused", "graphs_failed", "graph_kernel_jobs", "graph_workers_warmed")
 DYNAMO_COUNTERS = ("dynamo_hits", "dynamo_misses", "dynamo_frames_loaded", "dynamo_frames_traced",
                    "dynamo_published", "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full",
                    "dynamo_unsaveable", "dynamo_write_failed")

@@ -89,7 +89,7 @@ class Session:
         self.frames: Any = None  # wrapper.frames.FrameCache: Dynamo precompile entries in the tiers
         self.graphs: Any = None  # wrapper.graphs.GraphCompiles: whole graphs compiled by Ray tasks
         self._graph_tasks: Any = None
-        if settings.graph_compiles == "cluster" and self.startup is not None:
+        if settings.graph_compiles != "local" and self.startup is not None:
             self._start_graph_tasks()
         if settings.dynamo_cache_on:
             self._install_frames()
@@ -193,7 +193,7 @@ class Session:
                 raise FarmUnavailableError(s.address or "the Ray cluster", "Ray is unreachable")
             return tasks.send(payload, device)
 
-        graphs = GraphCompiles(self.stats, send, s.graph_timeout_s)
+        graphs = GraphCompiles(self.stats, send, s.graph_timeout_s, forward=s.graph_compiles == "cluster")
         graphs.install()
         self.graphs = graphs
 

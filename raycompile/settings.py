@@ -71,7 +71,9 @@ class Settings:
     # timings) runs: "local" in this process, as stock; "cluster" as a Ray task on a node of the
     # cluster (a GPU node for a GPU graph), through Inductor's out-of-process compile seam
     # (wrapper/graphs.py), the backward sent with the forward and waited for at its first call, so
-    # the graphs of one step compile at once. Graphs that seam cannot carry stay local, counted.
+    # the graphs of one step compile at once; "backward": only backward graphs go to the cluster
+    # (compiled while the step runs forward), forward and inference graphs compile here, where
+    # Dynamo waits for them anyway. Graphs that seam cannot carry stay local, counted.
     graph_compiles: str = "local"
     graph_timeout_s: float = 1800.0  # one graph's compile on the cluster (max-autotune's take minutes)
 
@@ -136,8 +138,8 @@ class Settings:
             raise bad("compile_jobs", "must be 'auto', 'cluster' or 'local'")
         if self.autotune_configs not in ("local", "actors"):
             raise bad("autotune_configs", "must be 'local' or 'actors'")
-        if self.graph_compiles not in ("local", "cluster"):
-            raise bad("graph_compiles", "must be 'local' or 'cluster'")
+        if self.graph_compiles not in ("local", "cluster", "backward"):
+            raise bad("graph_compiles", "must be 'local', 'cluster' or 'backward'")
 
     @property
     def dynamo_cache_on(self) -> bool:

@@ -4,9 +4,12 @@ compiles after its FX-graph cache missed is pickled (Inductor's out-of-process c
 ``raycompile/graphs.py``) with a farm session of its own, so its kernels come from and go to the
 shared cache. A forward or inference graph is waited for at once (Dynamo runs it next); a backward
 graph is sent with its forward and waited for at its first call, so the backward graphs of a step
-compile while the forward runs and its later graphs are traced.
+compile while the forward runs and its later graphs are traced. ``graph_compiles="backward"`` sends
+only the backward graphs: a forward graph is compiled here, as with the farm alone (Dynamo waits
+for it either way, and here it needs no pickling, no round trip, no second load of its kernels).
 
-Counted in ``stats()``: ``graphs_sent``, ``graphs_backward_deferred``, ``graphs_refused`` (with
+Counted in ``stats()``: ``graphs_sent``, ``graphs_backward_deferred``, ``graphs_forward_here``
+(forward and inference graphs kept here by ``"backward"``), ``graphs_refused`` (with
 ``graphs_refused_reasons``: what the seam cannot carry, compiled here), ``graphs_failed`` (a task
 that failed or timed out: compiled here), ``graph_compile_seconds`` (on the workers),
 ``graph_wait_seconds`` (this process waiting), ``graph_kernel_jobs``, ``graph_nodes``,
@@ -31,10 +34,14 @@ Send = Callable[[bytes, str], "concurrent.futures.Future[bytes]"]
 class GraphRoute:
     """Where ``compat.graphs_routed`` sends graphs, and what it counts."""
 
-    def __init__(self, stats: Any, send: Send, wait_s: float) -> None:
+    def __init__(self, stats: Any, send: Send, wait_s: float, forward: bool = True) -> None:
         self.stats = stats
         self._send = send
         self.wait_s = wait_s
+        self.forward = forward  # False: forward and inference graphs are compiled here
+
+    def kept(self) -> None:
+        self.stats.add(graphs_forward_here=1)
 
     def send(self, payload: bytes, device: str, backward: bool) -> concurrent.futures.Future[bytes]:
         future = self._send(payload, device)
@@ -60,8 +67,8 @@ class GraphCompiles:
     """Installs the route (``install``, on the compiling thread, where Inductor is imported);
     ``prepare_thread()`` on every compiling thread; ``close()`` restores stock Inductor."""
 
-    def __init__(self, stats: Any, send: Send, wait_s: float) -> None:
-        self.route = GraphRoute(stats, send, wait_s)
+    def __init__(self, stats: Any, send: Send, wait_s: float, forward: bool = True) -> None:
+        self.route = GraphRoute(stats, send, wait_s, forward)
         self._stack = contextlib.ExitStack()
         self._prepare: Callable[[], None] | None = None
 

@@ -64,14 +64,16 @@ def equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
 
-def farm_step(tmp_path: pathlib.Path, **settings: Any) -> tuple[list[torch.Tensor], dict[str, Any]]:
+def farm_step(tmp_path: pathlib.Path, graph_compiles: str = "cluster",
+              **settings: Any) -> tuple[list[torch.Tensor], dict[str, Any]]:
     # one node, one cache dir: the workers' sessions fill it, this one reads it. Its entries are
     # signed with one secret: the workers (started before this test's XDG_CONFIG_HOME) have another
     # user key than this process (on a real node both read the same user's key)
-    with raycompile.enabled(graph_compiles="cluster", cache_dir=str(tmp_path / "rc"), shared_cache="none",
+    with raycompile.enabled(graph_compiles=graph_compiles, cache_dir=str(tmp_path / "rc"), shared_cache="none",
                             secret="graph-compiles-test", **settings):
         out = step()
         s = raycompile.stats()
+        s["report"] = raycompile.report()
     return out, s
 
 
@@ -88,6 +90,22 @@ def test_graphs_compile_on_ray_workers_bitwise_stock(local_ray: None, tmp_path: 
     # from the cache those sessions filled: no job of its own, no fallback
     assert s["graph_kernel_jobs"] >= 4, s
     assert s["jobs"] == s["jobs_local"] == s["fallbacks"] == 0 and s["local_hits"] >= s["graph_kernel_jobs"], s
+    assert "whole graphs: 8 compiled on the cluster (4 backward" in s["report"], s["report"]
+
+
+def test_backward_mode_sends_only_the_backward_graphs(local_ray: None, tmp_path: pathlib.Path) -> None:
+    """``graph_compiles="backward"``: each forward graph is compiled here (Dynamo waits for it
+    either way), each backward graph on the cluster while the step runs forward."""
+    stock = step()
+    farm, s = farm_step(tmp_path, graph_compiles="backward")
+    assert equal(farm, stock)
+    assert s["graphs_forward_here"] == 4, s
+    assert s["graphs_sent"] == s["graphs_backward_deferred"] == 4 and s["graphs_backward_early"] == 0, s
+    assert s["graphs_refused"] == s["graphs_failed"] == 0, s
+    assert os.getpid() not in s["graph_workers"] and s["graph_kernel_jobs"] >= 1, s  # the backward kernels
+    # the forward graphs' kernels were built by this process's own farm path
+    assert s["jobs"] + s["jobs_local"] >= 1 and s["fallbacks"] == 0, s
+    assert "4 forward compiled here" in s["report"], s["report"]
 
 
 class Counting:

@@ -85,10 +85,13 @@ class Route(Protocol):
     """Where graphs go (``wrapper/graphs.py``)."""
 
     wait_s: float
+    forward: bool  # False: only backward graphs go; the others are compiled here (``kept``)
 
     def send(self, payload: bytes, device: str, backward: bool) -> concurrent.futures.Future[bytes]: ...
 
     def refused(self, why: str) -> None: ...
+
+    def kept(self) -> None: ...
 
     def arrived(self, backward: bool, waited_s: float, early: bool) -> None: ...
 
@@ -329,6 +332,10 @@ def graphs_routed(route: Route) -> Iterator[Callable[[], None]]:
                       or getattr(compile_fx, "fx_compile_async", False)
                       or getattr(compile_fx, "fx_compile_progressive", False))
         if torch_mode:  # the user chose torch's own out-of-process mode (TORCHINDUCTOR_FX_COMPILE_MODE)
+            return stock(gm, example_inputs, inputs_to_check, compile_region_name=compile_region_name,
+                         **graph_kwargs)
+        if not route.forward and not graph_kwargs.get("is_backward", False):
+            route.kept()
             return stock(gm, example_inputs, inputs_to_check, compile_region_name=compile_region_name,
                          **graph_kwargs)
         why = refusal(gm, graph_kwargs)
