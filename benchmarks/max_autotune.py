@@ -109,7 +109,12 @@ def breakdown(profiler: Any) -> dict[str, float]:
 
 def child(case: str, model: str, mode: str, layers: int, batch: int, seq: int, steps: int, same: bool,
           profile: str) -> None:
+    import faulthandler
+
     import torch
+
+    if os.environ.get("RAYCOMPILE_BENCH_STACKS_AFTER_S"):
+        faulthandler.dump_traceback_later(float(os.environ["RAYCOMPILE_BENCH_STACKS_AFTER_S"]), exit=False)
 
     t0 = time.perf_counter()
     if case != "stock":
@@ -157,16 +162,24 @@ def child(case: str, model: str, mode: str, layers: int, batch: int, seq: int, s
 
 
 def run_child(case: str, a: argparse.Namespace, model: str, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """One case in a new process; a case past ``timeout`` is a row that says so, and its threads'
+    stacks (dumped by the child just before) go to ``max_autotune_LABEL_MODEL_CASE_stacks.txt``."""
     fresh = fresh_caches(case)
     cmd = [sys.executable, __file__, "--child", case, "--models", model, "--mode", a.mode, "--layers", str(a.layers),
            "--batch", str(a.batch), "--seq", str(a.seq), "--steps", str(a.steps),
            *(["--same-process"] if a.same_process and case != "stock" else []),
            *(["--profile-to", str(a.profile_to)] if a.profile else [])]
     started = time.perf_counter()
+    # the child dumps every thread's stack shortly before the time-out (faulthandler), to say where it was
+    stacks = {"RAYCOMPILE_BENCH_STACKS_AFTER_S": str(max(1.0, timeout - 10.0))}
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **fresh, **env},
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **fresh, **env, **stacks},
                               timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        where = a.out / f"max_autotune_{a.label}_{model}_{case}_stacks.txt"
+        where.write_text(err[-200_000:])
+        print(f"{model} {case}: no result within {timeout:.0f} s; its stacks: {where}", flush=True)
         return {"timed_out": True, "compile_s": timeout, "wall_s": time.perf_counter() - started}
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):

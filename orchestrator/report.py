@@ -80,14 +80,15 @@ def autotune_lines(stats: Mapping[str, Any]) -> list[str]:
     """Candidates timed on GPU actors, where, how long, and what the driver did itself ([] if none)."""
     gpus = stats.get("gpus") or {}
     local, cached = stats.get("benchmarks_local", 0), stats.get("autotune_cached", 0)
-    if not (stats.get("benchmarks") or local or cached):
+    if not (stats.get("benchmarks") or local or cached or stats.get("coordesc_prefetched")):
         return []
     lines = [
         f"  autotune: {stats.get('benchmarks', 0)} candidates on {len(gpus)} GPU(s), "
         f"{stats.get('benchmark_seconds', 0.0):.1f} s on the actors, the compile waited "
         f"{stats.get('benchmark_wall_seconds', 0.0):.1f} s; {stats.get('benchmarks_verified', 0)} timed again here",
         f"    failed {stats.get('benchmark_failures', 0)}   GPU restarts {stats.get('gpu_restarts', 0)}   "
-        f"kernels tuned locally {local}   winners from the cache {cached}",
+        f"kernels tuned locally {local}   winners from the cache {cached}   "
+        f"coordinate-descent candidates compiled ahead {stats.get('coordesc_prefetched', 0)}",
     ]
     if gpus:
         lines.append("    " + "   ".join(f"{gpu}: {n}" for gpu, n in sorted(gpus.items())))

@@ -69,6 +69,7 @@ class Stats:
         self.benchmarks_local = 0  # kernels autotuned locally instead (indirect indexing, source unknown)
         self.autotune_cached = 0  # kernels whose stored winner was used: nothing benchmarked
         self.benchmarks_verified = 0  # apparent fastest candidates timed again in the driver (confirm_fastest)
+        self.coordesc_prefetched = 0  # coordinate descent's candidates compiled at once, ahead of their timing
         self.gpus: Counter[str] = Counter()  # GPU id (node/index) -> candidates timed there
         # Dynamo precompile entries (settings.dynamo_cache; wrapper/frames.py): which path served
         # each compiled frame
@@ -197,6 +198,7 @@ class Stats:
                 "benchmarks_local": self.benchmarks_local,
                 "autotune_cached": self.autotune_cached,
                 "benchmarks_verified": self.benchmarks_verified,
+                "coordesc_prefetched": self.coordesc_prefetched,
                 "gpus": dict(self.gpus),
                 **{k: getattr(self, k) for k in DYNAMO_COUNTERS},
                 "dynamo_functions": {k: dict(v) for k, v in self.dynamo_functions.items()},

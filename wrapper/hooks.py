@@ -15,6 +15,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import os
 import pickle
 import threading
 from collections.abc import Callable
@@ -28,6 +29,9 @@ from . import compat, runtime
 from .jobs import cpp_job_for, local_paths, to_entry, triton_job_for
 
 log = logging.getLogger("raycompile.hooks")
+
+# threads compiling coordinate descent's candidates at once (each mostly waits on ptxas)
+COORDESC_THREADS = min(8, os.cpu_count() or 1)
 
 
 class Router:
@@ -298,6 +302,11 @@ class Hooks:
         # cache lookups then find the cubins they published)
         self._installed.enter_context(compat.inductor_ptxas())
         self._installed.enter_context(compat.compile_workers_in_processes())
+        # max-autotune's coordinate descent at a kernel's first run: its candidates compiled at once
+        # (threads: the compile is mostly ptxas, a subprocess), timed in stock's order
+        stats = router.stats
+        self._installed.enter_context(compat.coordesc_prefetched(
+            COORDESC_THREADS, lambda n: stats.add(coordesc_prefetched=n)))
 
     def _install_output_module(self) -> None:
         """The farm's wrapper codegen (wrapper/codegen.py) for cuda and cpu, and a cache-key tag so

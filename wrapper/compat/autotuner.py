@@ -1,13 +1,19 @@
 """Seam family "autotuner": Inductor's ``CachingAutotuner`` (a compiled Triton kernel with its
 configs) and Triton's ``JITFunction``: the configs a kernel was compiled for, the winner Inductor's
 autotune cache knows, restricting a kernel to one config, recovering a kernel's source, and a
-user's ``@triton.jit`` kernel bundled to travel. Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
+user's ``@triton.jit`` kernel bundled to travel; the candidates of a kernel's coordinate descent
+compiled at once (``coordesc_prefetched``). Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import copy
 import functools
+import logging
 import os
 import types
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._base import Seams
@@ -21,7 +27,15 @@ SEAMS: Seams = {
     "AutotuneCache.read_best": ("torch._inductor.runtime.autotune_cache", "AutotuneCache.read_best"),
     "_load_triton_kernel_from_source": ("torch._inductor.codecache", "_load_triton_kernel_from_source"),
     "triton.runtime.jit.JITFunction": ("triton.runtime.jit", "JITFunction"),
+    "CachingAutotuner.coordinate_descent_tuning": (
+        "torch._inductor.runtime.triton_heuristics", "CachingAutotuner.coordinate_descent_tuning"),
+    "CachingAutotuner._precompile_config": (
+        "torch._inductor.runtime.triton_heuristics", "CachingAutotuner._precompile_config"),
+    "CoordescTuner.autotune": ("torch._inductor.runtime.coordinate_descent_tuner", "CoordescTuner.autotune"),
+    "triton_config_to_hashable": ("torch._inductor.runtime.coordinate_descent_tuner", "triton_config_to_hashable"),
 }
+
+log = logging.getLogger("raycompile.autotune")
 
 
 _KEY_ATTRIBUTE = "_raycompile_key"
@@ -242,3 +256,96 @@ def bundle_user_kernel(kernel: Any) -> tuple[str, dict[str, Any]]:
         lines += ["", "", f"@triton.jit({', '.join(options)})" if options else "@triton.jit", fn.src.strip()]
     lines += [""] + [f"{alias} = {target}" for alias, target in sorted(aliases.items())]
     return "\n".join(lines) + "\n", values
+
+
+# --- coordinate descent: its candidates compiled at once -----------------------------------------
+
+# heuristics whose kernels coordinate descent leaves alone (torch 2.13's ``_should_coordesc_tune``;
+# older torch tests the first two inline)
+_NOT_COORDESC = ("TEMPLATE", "USER_AUTOTUNE", "FIXED")
+COORDESC_WAIT_S = 600.0  # a candidate's compile on a prefetch thread, waited for at its turn
+
+
+def _config_key(cfg: Any) -> Any:
+    from torch._inductor.runtime.coordinate_descent_tuner import triton_config_to_hashable
+
+    return triton_config_to_hashable(cfg)
+
+
+def coordesc_first_sweep(kernel: Any, baseline: Any) -> list[Any]:
+    """The configs the kernel's coordinate descent times first from ``baseline`` (the first sweep:
+    each tunable field's neighbours), in its order, found by running its own tuner on a copy with
+    a stand-in timing under which no candidate improves (nothing is compiled or timed). [] where
+    the kernel is not tuned this way or its tuner is not the one this reads."""
+    eligible = getattr(kernel, "_should_coordesc_tune", None)
+    if eligible is False or (eligible is None and getattr(getattr(kernel, "heuristic_type", None), "name", "")
+                             in _NOT_COORDESC):
+        return []
+    tuner = getattr(kernel, "coordesc_tuner", None)
+    if tuner is None or not isinstance(getattr(tuner, "cached_benchmark_results", None), dict):
+        return []
+    dry = copy.copy(tuner)
+    dry.cached_benchmark_results = {}  # the copy's own: the real tuner's cache stays untouched
+    base = _config_key(baseline)
+    seen: dict[Any, Any] = {}
+
+    def never_better(cfg: Any) -> float:
+        key = _config_key(cfg)
+        if key == base:
+            return 1.0
+        seen.setdefault(key, cfg)
+        return float("inf")
+
+    try:
+        dry.autotune(never_better, baseline, None)
+    except Exception as e:  # noqa: BLE001 - a tuner this cannot dry-run: stock's sequence, nothing ahead
+        log.debug("raycompile: coordinate descent's candidates not found ahead: %s", e)
+        return []
+    return list(seen.values())
+
+
+@contextlib.contextmanager
+def coordesc_prefetched(workers: int, counted: Callable[[int], None]) -> Iterator[None]:
+    """Coordinate descent (max-autotune's tuning of a pointwise or reduction kernel at its first
+    run, ``CachingAutotuner.coordinate_descent_tuning``) compiles each candidate config (Triton,
+    then ptxas) just before timing it, one after another, on the step's critical path. Inside,
+    the candidates of its first sweep (``coordesc_first_sweep``) are compiled at once on
+    ``workers`` threads as it starts, and the tuner takes each compile where it would have made
+    it (waiting for it if it is not done). The timings, their order and so the pick are stock's;
+    only the compiles overlap. ``counted(n)``: n candidates compiled ahead. Restored on exit."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    stock = CachingAutotuner.__dict__["coordinate_descent_tuning"]
+    pool = concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="raycompile-coordesc")
+
+    def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        ahead = coordesc_first_sweep(self, launcher.config)
+        if not ahead or "_precompile_config" in self.__dict__:
+            return stock(self, launcher, *args, **kwargs)
+        compile_one = self._precompile_config
+        futures = {_config_key(cfg): pool.submit(compile_one, cfg) for cfg in ahead}
+        counted(len(futures))
+
+        def precompile_config(cfg: Any, *more: Any, **options: Any) -> Any:
+            future = None if (more or options) else futures.pop(_config_key(cfg), None)
+            if future is not None:
+                try:
+                    return future.result(timeout=COORDESC_WAIT_S)
+                except Exception:  # noqa: BLE001 - compiled again here: stock's error is stock's to raise
+                    pass
+            return compile_one(cfg, *more, **options)
+
+        self._precompile_config = precompile_config  # this kernel's tuning only: removed below
+        try:
+            return stock(self, launcher, *args, **kwargs)
+        finally:
+            self.__dict__.pop("_precompile_config", None)
+            for future in futures.values():  # candidates the tuner never asked for
+                future.cancel()
+
+    CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
+    try:
+        yield
+    finally:
+        CachingAutotuner.coordinate_descent_tuning = stock
+        pool.shutdown(wait=False, cancel_futures=True)
