@@ -20,7 +20,10 @@ the model's build, ``raycompile.enable()`` and the first call apart:
 "compile s" is what compiling costs a case, with the imports and the model's build counted apart:
 ``enable()`` (frames cases: it imports Dynamo, which stock imports in ``torch.compile``), the
 Mega-Cache load, ``torch.compile`` and the first call. ``--profile`` writes a cProfile of that part of
-the warm frames case (``overhead_<label>_<model>_frames_profile.txt``).
+the warm frames case (``overhead_<label>_<model>_frames_profile.txt``). ``--bytecode-cache``: every
+process reads and writes Python's byte-code cache in one writable dir (``PYTHONPYCACHEPREFIX``), as
+on an installed machine; where site-packages hold no ``.pyc`` and cannot take them (the GPU
+machine), every import otherwise compiles its source again, in every case.
 
 A Ray cluster is started first (``ray start --head``), as on a node of a cluster; raycompile
 joins it with no address (its current-cluster file) and no secret (the cluster holds one).
@@ -294,6 +297,7 @@ def main() -> int:
     p.add_argument("--label", default="local")
     p.add_argument("--profile", action="store_true", help="cProfile the warm frames case's compile")
     p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
+    p.add_argument("--bytecode-cache", action="store_true", help="one writable byte-code cache for every process")
     args = p.parse_args()
     import torch
 
@@ -302,11 +306,15 @@ def main() -> int:
         child(args.child, args.models[0], device, args.megacache)
         return 0
     work = pathlib.Path(tempfile.mkdtemp(prefix="overhead-"))
+    if args.bytecode_cache:  # inherited by Ray and by every case (the first case fills it)
+        os.environ["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     where = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
     print(f"overhead: {where}, torch {torch.__version__}, models {' '.join(args.models)}", flush=True)
     ray_proc, ray_env = start_ray(work)
     results: dict[str, dict[str, dict]] = {}
-    doc: dict[str, Any] = {"device": where, "torch": torch.__version__, "cpus": os.cpu_count(), "results": results}
+    doc: dict[str, Any] = {"device": where, "torch": torch.__version__, "cpus": os.cpu_count(),
+                           "bytecode_cache": args.bytecode_cache, "results": results}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"overhead_{args.label}.json"
     try:

@@ -76,9 +76,29 @@ def _compile_graph(payload: bytes, settings: dict[str, Any]) -> tuple[bytes, dic
     session = _joined(settings)
     if not payload:
         compat.graph_worker_warm()
+        _warm_compile_workers(session)
         return b"", {"kernel_jobs": 0}
     before = session.stats.snapshot()
     raw = compat.compile_graph_here(payload)
     after = session.stats.snapshot()
     jobs = (after["jobs"] + after["jobs_local"]) - (before["jobs"] + before["jobs_local"])
     return raw, {"kernel_jobs": jobs}
+
+
+def _warm_compile_workers(session: Any) -> None:
+    """Start the Ray workers this worker's kernel compiles go to (``Farm.warm``: one per CPU, each
+    importing the toolchain), now, at ``enable()``, rather than at its first graph's first kernel,
+    where a backward graph in default mode would wait seconds for them."""
+    from .errors import RaycompileError
+
+    startup = getattr(session, "startup", None)
+    if startup is None or startup.compiles_here():
+        return
+    try:
+        farm = startup.wait_farm()
+        if farm is not None and not startup.compiles_here(farm):
+            farm.warm()
+    except RaycompileError as e:  # its first graph finds out, and says so
+        import logging
+
+        logging.getLogger("raycompile.graphs").debug("raycompile: compile workers not warmed: %s", e)

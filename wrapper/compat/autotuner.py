@@ -304,15 +304,34 @@ def coordesc_first_sweep(kernel: Any, baseline: Any) -> list[Any]:
     return list(seen.values())
 
 
+def _kernel_loaded(kernel: Any) -> bool:
+    """Reload the kernel's Triton function where unpickling left it out (a kernel compiled in a
+    worker), as stock's tuning does first; whether it is there."""
+    fn = getattr(kernel, "fn", None)
+    if getattr(fn, "fn", None) is None:
+        ensure = getattr(kernel, "_ensure_kernel_loaded", None)
+        reload = getattr(kernel, "_reload_kernel", None)
+        try:
+            if callable(ensure):
+                ensure()
+            elif callable(reload):
+                kernel.fn = reload().fn
+        except Exception as e:  # noqa: BLE001 - stock's tuning then meets it, and says so
+            log.debug("raycompile: coordinate descent's candidates not compiled ahead: %s", e)
+            return False
+    return getattr(getattr(kernel, "fn", None), "fn", None) is not None
+
+
 @contextlib.contextmanager
 def coordesc_prefetched(workers: int, counted: Callable[[int], None]) -> Iterator[None]:
     """Coordinate descent (max-autotune's tuning of a pointwise or reduction kernel at its first
     run, ``CachingAutotuner.coordinate_descent_tuning``) compiles each candidate config (Triton,
     then ptxas) just before timing it, one after another, on the step's critical path. Inside,
     the candidates of its first sweep (``coordesc_first_sweep``) are compiled at once on
-    ``workers`` threads as it starts, and the tuner takes each compile where it would have made
-    it (waiting for it if it is not done). The timings, their order and so the pick are stock's;
-    only the compiles overlap. ``counted(n)``: n candidates compiled ahead. Restored on exit."""
+    ``workers`` threads before the tuner starts, and it takes each compile where it would have
+    made it. Nothing is timed while they compile (a timing beside busy threads would be another
+    timing than stock's); the timings, their order and so the pick are stock's. ``counted(n)``: n
+    candidates compiled ahead. Restored on exit."""
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
     stock = CachingAutotuner.__dict__["coordinate_descent_tuning"]
@@ -320,11 +339,12 @@ def coordesc_prefetched(workers: int, counted: Callable[[int], None]) -> Iterato
 
     def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
         ahead = coordesc_first_sweep(self, launcher.config)
-        if not ahead or "_precompile_config" in self.__dict__:
+        if not ahead or "_precompile_config" in self.__dict__ or not _kernel_loaded(self):
             return stock(self, launcher, *args, **kwargs)
         compile_one = self._precompile_config
         futures = {_config_key(cfg): pool.submit(compile_one, cfg) for cfg in ahead}
-        counted(len(futures))
+        concurrent.futures.wait(futures.values(), timeout=COORDESC_WAIT_S)
+        counted(sum(1 for f in futures.values() if f.done() and f.exception() is None))
 
         def precompile_config(cfg: Any, *more: Any, **options: Any) -> Any:
             future = None if (more or options) else futures.pop(_config_key(cfg), None)
