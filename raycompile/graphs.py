@@ -6,11 +6,13 @@ compile of the pickled graph (``compat.compile_graph_here``)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from typing import Any
 
+log = logging.getLogger("raycompile.graphs")
 _lock = threading.Lock()
 _settings: dict[str, Any] | None = None
 _fresh: Any = None  # this worker's empty Inductor cache dirs (compat.fresh_cache), for its session
@@ -99,6 +101,4 @@ def _warm_compile_workers(session: Any) -> None:
         if farm is not None and not startup.compiles_here(farm):
             farm.warm()
     except RaycompileError as e:  # its first graph finds out, and says so
-        import logging
-
-        logging.getLogger("raycompile.graphs").debug("raycompile: compile workers not warmed: %s", e)
+        log.debug("raycompile: compile workers not warmed: %s", e)
