@@ -165,13 +165,18 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
 # -- the parent ----------------------------------------------------------------------------------
 
 
-def run_case(case: str, model: str, device: str, env: dict[str, str], megacache: str, timeout: float) -> dict:
+def run_case(case: str, model: str, device: str, env: dict[str, str], megacache: str, timeout: float,
+             sample: tuple[str, str] | None = None) -> dict:
+    """One case in a new process. ``sample``: (py-spy binary, output prefix): the case runs under
+    ``py-spy record --gil --threads`` (raw stacks of whichever thread holds the GIL, sampled)."""
     if case.startswith("frames"):
         env = {**env, "RAYCOMPILE_DYNAMO_CACHE": "1"}
+    cmd = [sys.executable, __file__, "--child", case, "--models", model, "--device", device, "--megacache", megacache]
+    if sample:
+        cmd = [sample[0], "record", "--gil", "--threads", "--nonblocking", "-r", "200", "-f", "raw",
+               "-o", f"{sample[1]}_{model}_{case}.txt", "--", *cmd]
     started = time.time()
-    proc = subprocess.run([sys.executable, __file__, "--child", case, "--models", model, "--device", device,
-                           "--megacache", megacache], capture_output=True, text=True, env={**os.environ, **env},
-                          timeout=timeout, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, timeout=timeout, check=False)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             result = json.loads(line[7:])
@@ -225,7 +230,7 @@ def fresh(work: pathlib.Path, tag: str) -> dict[str, str]:
 
 
 def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray_env: dict[str, str],
-              timeout: float, profile: str | None = None) -> dict[str, dict]:
+              timeout: float, profile: str | None = None, sample: tuple[str, str] | None = None) -> dict[str, dict]:
     megacache = str(work / f"{model}.megacache")
     stock = fresh(work, f"{model}-stock")
     envs = {
@@ -246,7 +251,7 @@ def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray
     out = {}
     for case in CASES:
         if case in cases:
-            out[case] = run_case(case, model, device, envs[case], megacache, timeout)
+            out[case] = run_case(case, model, device, envs[case], megacache, timeout, sample)
             r = out[case]
             print(f"  {model:<8}{case:<16} start->output {r['start_to_output_s']:7.2f} s  "
                   f"(imports {r['imports_s']:.2f}, "
@@ -286,6 +291,43 @@ def table(results: dict[str, dict[str, dict]]) -> str:
     return "\n".join(lines)
 
 
+def medians(rounds: list[dict[str, dict[str, dict]]]) -> dict[str, dict[str, dict]]:
+    """Per model and case: the median over the rounds of start->output and compile s, and of their
+    ratios to stock's case of the same round (cold to stock cold, warm to stock warm)."""
+    import statistics
+
+    out: dict[str, dict[str, dict]] = {}
+    for model in rounds[0]:
+        for case in rounds[0][model]:
+            runs = [r[model][case] for r in rounds if case in r.get(model, {})]
+            bases = [r[model].get("stock-cold" if "cold" in case else "stock-warm") for r in rounds
+                     if case in r.get(model, {})]
+            ratio = [x["start_to_output_s"] / b["start_to_output_s"] for x, b in zip(runs, bases) if b]
+            cratio = [compile_s(x) / compile_s(b) for x, b in zip(runs, bases) if b]
+            out.setdefault(model, {})[case] = {
+                "start_to_output_s": statistics.median(x["start_to_output_s"] for x in runs),
+                "compile_s": statistics.median(compile_s(x) for x in runs),
+                "x_stock": statistics.median(ratio) if ratio else None,
+                "compile_x_stock": statistics.median(cratio) if cratio else None,
+                "compile_s_each": [round(compile_s(x), 2) for x in runs],
+                "compile_x_stock_each": [round(c, 3) for c in cratio],
+            }
+    return out
+
+
+def median_table(med: dict[str, dict[str, dict]], n: int) -> str:
+    lines = [f"medians over {n} rounds",
+             f"{'model':<9}{'case':<17}{'start->output s':>16}{'x stock':>9}{'compile s':>10}{'x stock':>9}"
+             f"   compile x stock, each round"]
+    for model, rows in med.items():
+        for case, m in rows.items():
+            x = "" if m["x_stock"] is None else f"{m['x_stock']:.3f}"
+            c = "" if m["compile_x_stock"] is None else f"{m['compile_x_stock']:.3f}"
+            lines.append(f"{model:<9}{case:<17}{m['start_to_output_s']:>16.2f}{x:>9}{m['compile_s']:>10.2f}{c:>9}"
+                         f"   {' '.join(str(v) for v in m['compile_x_stock_each'])}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--child")
@@ -298,6 +340,12 @@ def main() -> int:
     p.add_argument("--profile", action="store_true", help="cProfile the warm frames case's compile")
     p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     p.add_argument("--bytecode-cache", action="store_true", help="one writable byte-code cache for every process")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every case this many times (each round a new cluster and empty caches); the "
+                        "table of medians gives each case's median ratio to stock over the rounds")
+    p.add_argument("--sample", default="", metavar="PY_SPY",
+                   help="a py-spy binary: the first round's cases run under `py-spy record --gil --threads` "
+                        "(overhead_LABEL_gil_MODEL_CASE.txt: raw stacks of the thread holding the GIL)")
     args = p.parse_args()
     import torch
 
@@ -310,27 +358,43 @@ def main() -> int:
         os.environ["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     where = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
-    print(f"overhead: {where}, torch {torch.__version__}, models {' '.join(args.models)}", flush=True)
-    ray_proc, ray_env = start_ray(work)
-    results: dict[str, dict[str, dict]] = {}
+    print(f"overhead: {where}, torch {torch.__version__}, models {' '.join(args.models)}, "
+          f"{args.rounds} round(s)", flush=True)
+    rounds: list[dict[str, dict[str, dict]]] = []
     doc: dict[str, Any] = {"device": where, "torch": torch.__version__, "cpus": os.cpu_count(),
-                           "bytecode_cache": args.bytecode_cache, "results": results}
+                           "bytecode_cache": args.bytecode_cache, "results": {}, "rounds": rounds}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"overhead_{args.label}.json"
-    try:
-        for model in args.models:
-            results[model] = run_model(model, device, args.cases, work, ray_env, args.timeout,
-                                       profile=str(args.out / f"overhead_{args.label}") if args.profile else None)
-            doc["results"] = results  # written after each model: a time-out keeps what finished
-            path.write_text(json.dumps(doc, indent=1))
-        # printed before the cluster is stopped (its stop can take a minute: a time-out around
-        # this script then still leaves the table)
-        print()
-        print(table(results))
-        same = {m: len({r["loss"] for r in rows.values()}) == 1 for m, rows in results.items()}
-        print(f"\nthe same loss (bitwise) in every case: {same}", flush=True)
-    finally:
-        stop_ray(ray_proc)
+    sample = (args.sample, str(args.out / f"overhead_{args.label}_gil")) if args.sample else None
+    for n in range(args.rounds):
+        # each round a cluster of its own and empty caches: its cold cases are cold again
+        here = work / f"round{n}" if args.rounds > 1 else work
+        here.mkdir(parents=True, exist_ok=True)
+        ray_proc, ray_env = start_ray(here)
+        results: dict[str, dict[str, dict]] = {}
+        rounds.append(results)
+        try:
+            for model in args.models:
+                if args.rounds > 1:
+                    print(f"round {n + 1}/{args.rounds}", flush=True)
+                results[model] = run_model(model, device, args.cases, here, ray_env, args.timeout,
+                                           profile=str(args.out / f"overhead_{args.label}") if args.profile else None,
+                                           sample=sample if n == 0 else None)
+                doc["results"] = rounds[0]  # written after each model: a time-out keeps what finished
+                path.write_text(json.dumps(doc, indent=1))
+            # printed before the cluster is stopped (its stop can take a minute: a time-out around
+            # this script then still leaves the table)
+            print()
+            print(table(results))
+            same = {m: len({r["loss"] for r in rows.values()}) == 1 for m, rows in results.items()}
+            print(f"\nthe same loss (bitwise) in every case: {same}", flush=True)
+        finally:
+            stop_ray(ray_proc)
+    if args.rounds > 1:
+        doc["medians"] = medians(rounds)
+        path.write_text(json.dumps(doc, indent=1))
+        print("\n" + median_table(doc["medians"], args.rounds), flush=True)
+    results = rounds[0]
     try:
         sys.path.insert(0, str(HERE))
         from plot import grouped_bars_png

@@ -60,6 +60,7 @@ class Router:
         self._stock_process_pool = stock_process_pool
         self._stock_submit = stock_submit
         self._warned = False
+        self._pool_warming = False
         self._lock = threading.Lock()
         self._own_io = io is None  # else the session's, which it shuts down
         self._io = io or concurrent.futures.ThreadPoolExecutor(self.IO_THREADS, thread_name_prefix="raycompile-io")
@@ -88,6 +89,7 @@ class Router:
         job = triton_job_for(fn, args, self.versions)
         if job is None:
             if compat.is_readiness_probe(fn):
+                self._warm_stock_pool()
                 ready: Future[Any] = Future()
                 ready.set_result(fn(*args))
                 return ready
@@ -98,6 +100,35 @@ class Router:
         if self.on_triton_job is not None:
             self.on_triton_job()  # on Inductor's thread: it reads the compile's config
         return self._route(job, lambda: self._stock_process_pool().submit(fn, *args))
+
+    def _warm_stock_pool(self) -> None:
+        """Start Inductor's own compile workers now where this node's compiles will run in them.
+
+        Inductor probes its pool (``AsyncCompile.wakeup``) as soon as a compile of CUDA inputs
+        begins, so that the pool's processes start while AOTAutograd and lowering run; stock's
+        pool is the Router now, which answers at once, and without this the stock pool (a sidecar
+        process that imports torch, then its workers) started only at the first kernel job, on the
+        compile's critical path. Where the answer needs the farm (``compile_jobs="auto"`` joining a
+        cluster), it is waited for on an I/O thread; a node whose jobs go to Ray starts nothing."""
+        with self._lock:
+            if self._pool_warming:
+                return
+            self._pool_warming = True
+
+        def warm() -> None:
+            try:
+                if not self._compiles_here(None):
+                    farm, _ = self._wait_farm()
+                    if farm is not None and not self._compiles_here(farm):
+                        return  # jobs go to Ray: the stock pool is only the fallback's
+                compat.wake_pool(self._stock_process_pool())
+            except Exception as e:  # noqa: BLE001 - the first job starts the pool then, as before
+                log.debug("raycompile: Inductor's compile workers not started early: %s", e)
+
+        if self._compiles_here(None):
+            warm()  # on Inductor's thread, as stock starts its pool
+        else:
+            self._io_or_here(warm)
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
         """Inductor calls this at exit; the farm is closed by ``raycompile.disable``."""

@@ -5,6 +5,7 @@ backend="raycompile" takes mode and options as backend="inductor" does."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -270,3 +271,26 @@ def test_by_default_one_machine_compiles_in_inductors_own_workers_and_caches_it(
     cold, warm = sessions
     assert cold["jobs_local"] > 0 and cold["jobs"] == 0 and cold["fallbacks"] == 0, cold
     assert warm["jobs_local"] == 0 and warm["jobs"] == 0 and warm["local_hits"] >= cold["jobs_local"], warm
+
+
+def _pool_wake(tmp_path: pathlib.Path, mode: str, **env: str) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, str(HERE / "pool_wake_driver.py"), mode, str(tmp_path / "cache")],
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[7:])
+
+
+def test_inductors_wakeup_starts_its_own_compile_workers_where_this_node_compiles(tmp_path: pathlib.Path) -> None:
+    """Stock starts its compile pool when a compile of CUDA inputs begins (AsyncCompile.wakeup),
+    so its workers come up while AOTAutograd and lowering run. The Router answers that probe
+    itself; where jobs run in this node's Inductor workers, it must start them then too, not at
+    the first kernel job (that put the pool's start on the compile's critical path)."""
+    r = _pool_wake(tmp_path, "local")
+    assert r["before"] == 0 and r["routed"] and r["started"] and r["alive"] and r["pool"] == "SubprocPool", r
+
+
+@pytest.mark.slow  # an embedded Ray comes up in the driver
+def test_a_node_whose_jobs_go_to_ray_starts_no_compile_workers_of_its_own(tmp_path: pathlib.Path) -> None:
+    r = _pool_wake(tmp_path, "cluster")
+    assert r["before"] == 0 and r["routed"] and not r["started"], r

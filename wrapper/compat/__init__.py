@@ -83,6 +83,7 @@ from .entry import (
     remote_cache_backend_base,
     remote_module_caches,
     stock_pools,
+    wake_pool,
 )
 from .graph_wire import compile_here as compile_graph_here
 from .graph_wire import worker_warm as graph_worker_warm
@@ -263,6 +264,7 @@ __all__ = [
     "is_caching_autotuner",
     "is_future",
     "is_readiness_probe",
+    "wake_pool",
     "loaded_output_modules",
     "max_autotune_on",
     "parse_arch",

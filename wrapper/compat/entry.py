@@ -153,6 +153,15 @@ def pools_routed(pool: Any, submit: Callable[[Callable[[], Any]], Any]) -> Itera
         ac._ready_future = None
 
 
+def wake_pool(pool: Any) -> None:
+    """Start a stock compile pool's workers now (``SubprocPool.wakeup``: its sidecar process
+    starts its ProcessPoolExecutor), as ``AsyncCompile.wakeup`` does for stock's own pool; a
+    no-op for a pool without it."""
+    wakeup = getattr(pool, "wakeup", None)
+    if callable(wakeup):
+        wakeup()
+
+
 def is_readiness_probe(fn: Any) -> bool:
     """Whether ``fn`` is Inductor's probe of a warm pool (``AsyncCompile._get_ready``'s job)."""
     return getattr(fn, "__name__", "") == "_get_ready"
