@@ -139,11 +139,13 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
         with open(profile_to, "w") as f:
             pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(80)
     stats: dict[str, Any] = {}
+    report = ""
     if farm:
         import raycompile
 
         raycompile.disable()  # writes the compiled frames not written yet
         stats = raycompile.stats()
+        report = raycompile.report()
     if case == "stock-cold":
         saved = torch.compiler.save_cache_artifacts()
         if saved is not None:
@@ -159,6 +161,7 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
         "frames_loaded": stats.get("dynamo_frames_loaded"), "frames_traced": stats.get("dynamo_frames_traced"),
         "frames_published": stats.get("dynamo_published"), "frames_unsaveable": stats.get("dynamo_unsaveable"),
         "frames_stats": {k: v for k, v in stats.items() if k.startswith("dynamo_")},
+        "stats": stats, "report": report,
     }), flush=True)
 
 
@@ -168,13 +171,14 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
 def run_case(case: str, model: str, device: str, env: dict[str, str], megacache: str, timeout: float,
              sample: tuple[str, str] | None = None) -> dict:
     """One case in a new process. ``sample``: (py-spy binary, output prefix): the case runs under
-    ``py-spy record --gil --threads`` (raw stacks of whichever thread holds the GIL, sampled)."""
+    ``py-spy record --threads --idle`` (every thread's stacks, waits included, in the order sampled:
+    speedscope JSON; ``benchmarks/timeline.py`` reads it)."""
     if case.startswith("frames"):
         env = {**env, "RAYCOMPILE_DYNAMO_CACHE": "1"}
     cmd = [sys.executable, __file__, "--child", case, "--models", model, "--device", device, "--megacache", megacache]
     if sample:
-        cmd = [sample[0], "record", "--gil", "--threads", "--nonblocking", "-r", "200", "-f", "raw",
-               "-o", f"{sample[1]}_{model}_{case}.txt", "--", *cmd]
+        cmd = [sample[0], "record", "--threads", "--idle", "--nonblocking", "-r", "100", "-f", "speedscope",
+               "-o", f"{sample[1]}_{model}_{case}.json", "--", *cmd]
     started = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, timeout=timeout, check=False)
     for line in proc.stdout.splitlines():
@@ -344,8 +348,9 @@ def main() -> int:
                    help="run every case this many times (each round a new cluster and empty caches); the "
                         "table of medians gives each case's median ratio to stock over the rounds")
     p.add_argument("--sample", default="", metavar="PY_SPY",
-                   help="a py-spy binary: the first round's cases run under `py-spy record --gil --threads` "
-                        "(overhead_LABEL_gil_MODEL_CASE.txt: raw stacks of the thread holding the GIL)")
+                   help="a py-spy binary: the first round's cases run under `py-spy record --threads --idle` "
+                        "(overhead_LABEL_sampled_MODEL_CASE.json; `python benchmarks/timeline.py FILE` prints "
+                        "where the main thread spent its time and what it waited on)")
     args = p.parse_args()
     import torch
 
@@ -365,7 +370,7 @@ def main() -> int:
                            "bytecode_cache": args.bytecode_cache, "results": {}, "rounds": rounds}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"overhead_{args.label}.json"
-    sample = (args.sample, str(args.out / f"overhead_{args.label}_gil")) if args.sample else None
+    sample = (args.sample, str(args.out / f"overhead_{args.label}_sampled")) if args.sample else None
     for n in range(args.rounds):
         # each round a cluster of its own and empty caches: its cold cases are cold again
         here = work / f"round{n}" if args.rounds > 1 else work

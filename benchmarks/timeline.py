@@ -1,0 +1,130 @@
+"""Where a sampled process's main thread spent its time, in order, and what it waited on.
+
+    python benchmarks/timeline.py FILE.json [--thread MainThread] [--min 0.3] [--top 12]
+
+FILE is a ``py-spy record --threads --idle -f speedscope`` profile (``overhead.py --sample``,
+``max_autotune.py --sample``). Each sample of the thread is put in a phase by the outermost
+frame of the compile that it is in (build, Dynamo, AOTAutograd, lowering, scheduling, codegen,
+loading the output module, the first run); a sample whose innermost frame blocks (a lock, a
+future, a subprocess, a sleep) is a wait, named by the frames that led to it. Prints the phases
+as a timeline (consecutive samples of one phase merged; runs shorter than ``--min`` seconds folded
+into their neighbours), seconds per phase, and the places the thread waited longest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from typing import Any
+
+# (phase, substrings of "file:function" of a frame that puts a sample in it); the innermost match wins
+PHASES = (
+    ("imports", ("<frozen importlib._bootstrap>:_find_and_load",)),
+    ("build", ("overhead.py:build", "max_autotune.py:build")),
+    ("enable", ("raycompile/__init__.py:enable", "__init__.py:enable")),
+    ("dynamo", ("convert_frame.py:_compile",)),
+    ("aot_autograd", ("aot_autograd.py:aot_module_simplified", "aot_autograd.py:create_aot_dispatcher_function")),
+    ("inductor", ("compile_fx.py:compile_fx_inner", "compile_fx.py:_compile_fx_inner")),
+    ("lowering", ("graph.py:run",)),
+    ("scheduling", ("scheduler.py:__init__",)),
+    ("codegen", ("graph.py:codegen", "graph.py:_codegen")),
+    ("module_load", ("graph.py:compile_to_module", "graph.py:_compile_to_module")),
+    ("autotune", ("select_algorithm.py:__call__",)),
+    ("first_run", ("output_code.py:__call__", "triton_heuristics.py:run")),
+    ("backward", ("graph.py:backward", "autograd/__init__.py:backward", "_tensor.py:backward")),
+)
+BLOCKING = ("wait", "_wait_for_tstate_lock", "acquire", "result", "sleep", "select", "poll", "waitpid",
+            "_try_wait", "recv", "recv_into", "read", "readinto", "_recv", "join", "get", "_communicate",
+            "communicate", "accept", "epoll", "wait_for")
+
+
+def frame_key(f: dict[str, Any]) -> str:
+    """"file.py:function" (py-spy names methods Class.method: the method's name is kept)."""
+    path = f.get("file") or ""
+    return f"{path.rsplit('/', 1)[-1]}:{f.get('name', '').rsplit('.', 1)[-1]}"
+
+
+def classify(stack: list[dict[str, Any]]) -> tuple[str, bool, str]:
+    """(phase, waiting, where): stack is outermost first."""
+    keys = [frame_key(f) for f in stack]
+    phase = "other"
+    for key in keys:  # outermost to innermost: the last match is the innermost phase
+        for name, subs in PHASES:
+            if any(key.startswith(s) or s in key for s in subs):
+                phase = name
+    inner = stack[-1].get("name", "").rsplit(".", 1)[-1] if stack else ""
+    waiting = inner in BLOCKING or inner.startswith(("wait", "_wait"))
+    # the wait named by the innermost frames outside the stdlib's threading/futures/subprocess
+    where = ""
+    if waiting:
+        skip = ("threading.py", "_base.py", "subprocess.py", "thread.py", "selectors.py", "queues.py",
+                "connection.py", "process.py", "socket.py")
+        outside = [k for k in keys if k.split(":")[0] not in skip and k != ":" and not k.startswith(":thread")]
+        where = " < ".join(reversed(outside[-3:]))
+    return phase, waiting, where
+
+
+def load(path: str, thread: str) -> tuple[list[tuple[str, bool, str, float]], list[str]]:
+    doc = json.load(open(path))
+    frames = doc["shared"]["frames"]
+    names = [p["name"] for p in doc["profiles"]]
+    profile = next((p for p in doc["profiles"] if f'"{thread}"' in p["name"]), None)
+    if profile is None and thread == "MainThread" and doc["profiles"]:
+        profile = doc["profiles"][0]  # py-spy sometimes reads no name for it: it is sampled first
+    if profile is None:
+        sys.exit(f"no thread {thread!r} in {path}: {names}")
+    out = []
+    for sample, weight in zip(profile["samples"], profile["weights"]):
+        stack = [frames[i] for i in sample]  # speedscope: root first, leaf last
+        phase, waiting, where = classify(stack)
+        out.append((phase, waiting, where, float(weight)))
+    return out, names
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file")
+    p.add_argument("--thread", default="MainThread")
+    p.add_argument("--min", type=float, default=0.3, help="fold runs shorter than this (seconds)")
+    p.add_argument("--top", type=int, default=12)
+    a = p.parse_args()
+    samples, threads = load(a.file, a.thread)
+    total = sum(w for *_, w in samples)
+    print(f"{a.file}: thread {a.thread}, {len(samples)} samples, {total:.1f} s; {len(threads)} threads sampled")
+    # timeline: runs of one (phase, waiting)
+    runs: list[list[Any]] = []
+    t = 0.0
+    for phase, waiting, _where, w in samples:
+        label = f"{phase}{' (waiting)' if waiting else ''}"
+        if runs and runs[-1][0] == label:
+            runs[-1][2] += w
+        else:
+            runs.append([label, t, w])
+        t += w
+    merged: list[list[Any]] = []
+    for label, start, dur in runs:
+        if merged and (dur < a.min or merged[-1][0] == label):
+            merged[-1][2] += dur
+            continue
+        merged.append([label, start, dur])
+    print("\ntimeline (runs under --min folded into the one before):")
+    for label, start, dur in merged:
+        print(f"  {start:7.2f} s  +{dur:6.2f} s  {label}")
+    per: collections.Counter[str] = collections.Counter()
+    waits: collections.Counter[str] = collections.Counter()
+    for phase, waiting, where, w in samples:
+        per[f"{phase}{' (waiting)' if waiting else ''}"] += w
+        if waiting:
+            waits[f"[{phase}] {where}"] += w
+    print("\nseconds per phase:")
+    for label, s in per.most_common():
+        print(f"  {s:7.2f}  {label}")
+    print(f"\nwhere it waited longest (top {a.top}):")
+    for where, s in waits.most_common(a.top):
+        print(f"  {s:7.2f}  {where}")
+
+
+if __name__ == "__main__":
+    main()
