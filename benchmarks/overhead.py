@@ -1,6 +1,7 @@
 """What turning raycompile on costs, and what a warm node gets, against stock PyTorch in the same run.
 
-    python benchmarks/overhead.py [--models gpt2 mixtral bert] [--cases ...] [--label NAME]
+    python benchmarks/overhead.py [--models gpt2 mixtral bert] [--cases ...] [--rounds N] [--bytecode-cache]
+        [--sample PY_SPY] [--label NAME]
 
 A training step (forward, loss, backward) of models built from transformers configs (random
 weights; bf16 on a GPU, fp32 small on a CPU). Each case is a NEW process; the parent times it from
@@ -23,7 +24,14 @@ Mega-Cache load, ``torch.compile`` and the first call. ``--profile`` writes a cP
 the warm frames case (``overhead_<label>_<model>_frames_profile.txt``). ``--bytecode-cache``: every
 process reads and writes Python's byte-code cache in one writable dir (``PYTHONPYCACHEPREFIX``), as
 on an installed machine; where site-packages hold no ``.pyc`` and cannot take them (the GPU
-machine), every import otherwise compiles its source again, in every case.
+machine), every import otherwise compiles its source again, in every case. The cache is filled once
+before the first case (not timed), so no case pays for it alone.
+
+``--rounds N``: every case N times, each round on a new cluster with empty caches, stock's and the
+farm's cold cases in alternating order; a table of medians gives each case's median ratio to
+stock's case of the same round. ``--sample PY_SPY``: the first round's cases run under py-spy
+(every thread, waits included); ``benchmarks/timeline.py`` prints where each main thread spent its
+time and what it waited on.
 
 A Ray cluster is started first (``ray start --head``), as on a node of a cluster; raycompile
 joins it with no address (its current-cluster file) and no secret (the cluster holds one).
@@ -43,6 +51,10 @@ import time
 from typing import Any
 
 HERE = pathlib.Path(__file__).resolve().parent
+# what every case imports, run once before the cases to fill the byte-code cache (--bytecode-cache)
+PREFILL = ("import torch, transformers, ray, raycompile, torch._dynamo, torch._inductor.compile_fx, "
+           "torch._inductor.runtime.triton_heuristics, torch._inductor.codegen.triton; "
+           "from transformers import GPT2LMHeadModel, MixtralForCausalLM, BertForMaskedLM")
 CASES = ("stock-cold", "stock-warm", "megacache", "farm-cold-file", "farm-warm-file", "farm-cold-head",
          "farm-warm-head", "frames-cold-file", "frames-warm-file")
 
@@ -234,7 +246,11 @@ def fresh(work: pathlib.Path, tag: str) -> dict[str, str]:
 
 
 def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray_env: dict[str, str],
-              timeout: float, profile: str | None = None, sample: tuple[str, str] | None = None) -> dict[str, dict]:
+              timeout: float, profile: str | None = None, sample: tuple[str, str] | None = None,
+              farm_first: bool = False) -> dict[str, dict]:
+    """Each case in ``cases``: the cold ones first (stock's, then the farm's; ``farm_first``: the
+    farm's first, as every other round does, so neither always runs first on a new cluster), then
+    the warm ones, in CASES order."""
     megacache = str(work / f"{model}.megacache")
     stock = fresh(work, f"{model}-stock")
     envs = {
@@ -253,7 +269,11 @@ def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray
     if profile:
         envs["frames-warm-file"]["OVERHEAD_PROFILE"] = f"{profile}_{model}_frames_profile.txt"
     out = {}
-    for case in CASES:
+    cold = [c for c in CASES if "cold" in c]  # every cold case before the warm ones that read them
+    if farm_first:
+        cold = cold[1:] + cold[:1]
+    order = cold + [c for c in CASES if c not in cold]
+    for case in order:
         if case in cases:
             out[case] = run_case(case, model, device, envs[case], megacache, timeout, sample)
             r = out[case]
@@ -359,9 +379,11 @@ def main() -> int:
         child(args.child, args.models[0], device, args.megacache)
         return 0
     work = pathlib.Path(tempfile.mkdtemp(prefix="overhead-"))
-    if args.bytecode_cache:  # inherited by Ray and by every case (the first case fills it)
+    if args.bytecode_cache:  # inherited by Ray and by every case
         os.environ["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        # filled before the first case (not timed), else that case alone pays for compiling the sources
+        subprocess.run([sys.executable, "-c", PREFILL], check=False, timeout=600, capture_output=True)
     where = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
     print(f"overhead: {where}, torch {torch.__version__}, models {' '.join(args.models)}, "
           f"{args.rounds} round(s)", flush=True)
@@ -384,7 +406,7 @@ def main() -> int:
                     print(f"round {n + 1}/{args.rounds}", flush=True)
                 results[model] = run_model(model, device, args.cases, here, ray_env, args.timeout,
                                            profile=str(args.out / f"overhead_{args.label}") if args.profile else None,
-                                           sample=sample if n == 0 else None)
+                                           sample=sample if n == 0 else None, farm_first=n % 2 == 1)
                 doc["results"] = rounds[0]  # written after each model: a time-out keeps what finished
                 path.write_text(json.dumps(doc, indent=1))
             # printed before the cluster is stopped (its stop can take a minute: a time-out around

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import re
 import sys
 from typing import Any
 
@@ -71,8 +72,10 @@ def load(path: str, thread: str) -> tuple[list[tuple[str, bool, str, float]], li
     frames = doc["shared"]["frames"]
     names = [p["name"] for p in doc["profiles"]]
     profile = next((p for p in doc["profiles"] if f'"{thread}"' in p["name"]), None)
-    if profile is None and thread == "MainThread" and doc["profiles"]:
-        profile = doc["profiles"][0]  # py-spy sometimes reads no name for it: it is sampled first
+    if profile is None and thread == "MainThread":
+        # py-spy sometimes reads no name for it: the main thread is the process's first (lowest id)
+        ids = {int(m.group(1)): p for p in doc["profiles"] if (m := re.match(r"Thread (\d+)", p["name"]))}
+        profile = ids[min(i for i in ids if i > 0)] if any(i > 0 for i in ids) else None
     if profile is None:
         sys.exit(f"no thread {thread!r} in {path}: {names}")
     out = []

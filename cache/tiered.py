@@ -244,8 +244,10 @@ class DeferredTier:
 
     name = "shared"
 
-    def __init__(self, future: Future[Tier | None], timeout_s: float) -> None:
+    def __init__(self, future: Future[Tier | None], timeout_s: float,
+                 waited: Callable[[float], None] | None = None) -> None:
         self._future, self.timeout_s = future, timeout_s
+        self._waited = waited  # told the seconds of each lookup that waited for the tier
         self._gave_up = False
 
     def tier(self, wait: bool = True) -> Tier | None | Miss:
@@ -254,10 +256,15 @@ class DeferredTier:
             try:
                 t0 = time.monotonic()
                 tier = self._future.result(timeout=self.timeout_s)
-                if time.monotonic() - t0 > 0.05:
-                    log.debug("raycompile: a shared-tier lookup waited %.2f s for Ray", time.monotonic() - t0)
+                waited = time.monotonic() - t0
+                if waited > 0.01 and self._waited is not None:
+                    self._waited(waited)
+                if waited > 0.05:
+                    log.debug("raycompile: a shared-tier lookup waited %.2f s for Ray", waited)
                 return tier
             except FutureTimeout:
+                if self._waited is not None:
+                    self._waited(self.timeout_s)
                 if not self._gave_up:
                     log.warning("raycompile: the shared cache tier was not ready within %.0f s (Ray is still "
                                 "connecting); looking up locally until it is", self.timeout_s)

@@ -39,10 +39,21 @@ def summary(stats: Mapping[str, Any], records: list[JobRecord], node_names: Mapp
         lines.append("  slowest kernels:")
         for r in slow:
             lines.append(f"    {r.seconds:>7.2f} s  {r.outcome:<10} {r.label[:90]}")
+    lines.extend(ray_lines(stats))
     lines.extend(autotune_lines(stats))
     lines.extend(frames_lines(stats))
     lines.extend(graphs_lines(stats))
     return "\n".join(lines)
+
+
+def ray_lines(stats: Mapping[str, Any]) -> list[str]:
+    """When the session's Ray side came up, and how long kernel compiles waited for it."""
+    start = stats.get("ray_start_seconds") or {}
+    waited = stats.get("ray_wait_seconds", 0.0)
+    if not start and not waited:
+        return []
+    stages = ", ".join(f"{stage} {s:.1f} s" for stage, s in start.items()) or "not up"
+    return [f"  Ray after enable(): {stages}; kernel compiles waited {waited:.1f} s for it (summed)"]
 
 
 def graphs_lines(stats: Mapping[str, Any]) -> list[str]:

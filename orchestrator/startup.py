@@ -93,6 +93,7 @@ class Startup:
         if not self._keep(joined=joined):
             return
         self.seconds["connected"] = time.monotonic() - self._t0
+        self.stats.set(ray_start_seconds=dict(self.seconds))
         url = settings.shared_cache
         if url == "auto":  # a tier every node reads, where there are several nodes
             url = "ray://head" if self._alive_nodes() > 1 else "none"
@@ -104,6 +105,7 @@ class Startup:
         if not self._keep(farm=farm):
             return
         self.seconds["ready"] = time.monotonic() - self._t0
+        self.stats.set(ray_start_seconds=dict(self.seconds))
         if settings.cluster_dedupe and joined.target.joins:
             # drivers of one cluster that miss on the same key wait for one compile; with no
             # shared tier they share entries through this node's local tier (the same cache dir)

@@ -95,6 +95,10 @@ class Stats:
         self.graphs_failed = 0  # graphs whose remote compile failed (then compiled in this process)
         self.graph_compile_seconds = 0.0  # summed over the tasks, as measured on the workers
         self.graph_wait_seconds = 0.0  # this process waiting for graphs (forward: at once; backward: at its call)
+        # the session's Ray start: seconds from enable() to each stage (connected, ready), and the
+        # seconds kernel compiles spent waiting for it (the farm, the shared tier), summed over them
+        self.ray_start_seconds: dict[str, float] = {}
+        self.ray_wait_seconds = 0.0
         self.graph_kernel_jobs = 0  # kernel compile jobs the graph tasks' workers ran or sent
         self.graph_workers_warmed = 0  # warm-up tasks sent at enable() (each readies a worker)
         self.graph_nodes: Counter[str] = Counter()  # node id -> graphs compiled there
@@ -209,6 +213,8 @@ class Stats:
                 "graph_nodes": dict(self.graph_nodes),
                 "graph_workers": dict(self.graph_workers),
                 "graphs_refused_reasons": dict(self.graphs_refused_reasons),
+                "ray_start_seconds": {k: round(v, 3) for k, v in self.ray_start_seconds.items()},
+                "ray_wait_seconds": round(self.ray_wait_seconds, 3),
             }
 
 

@@ -125,7 +125,8 @@ class Session:
         if url.startswith(("file://", "redis://", "rediss://")) and (secret or target is None or not target.joins):
             return shared_tier(url, secret or self.user_key)
         assert self.startup is not None
-        return DeferredTier(self.startup.shared, self.startup.wait_s)
+        stats = self.stats
+        return DeferredTier(self.startup.shared, self.startup.wait_s, lambda s: stats.add(ray_wait_seconds=s))
 
     # -- the Inductor side, at the first compile ------------------------------------------------
 

@@ -18,6 +18,7 @@ import logging
 import os
 import pickle
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -173,7 +174,11 @@ class Router:
             if self._compiles_here(None):  # no Ray needed: not even waited for
                 self._compile_here(job, out, local, key)
                 return
+            t0 = time.monotonic()
             farm, dedupe = self._wait_farm()
+            waited = time.monotonic() - t0
+            if waited > 0.01:
+                self.stats.add(ray_wait_seconds=waited)
             if farm is None:
                 _chain(self._fallback(local, "the Ray cluster is not reachable"), out)
                 return

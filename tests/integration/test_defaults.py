@@ -167,10 +167,15 @@ def test_enable_returns_before_ray_is_up_and_the_first_compile_still_goes_to_the
         release.set()
         worker.join(timeout=300)
         s = raycompile.stats()
+        text = raycompile.report()
     finally:
         release.set()
         raycompile.disable()
     assert s["jobs"] > 0 and s["fallbacks"] == 0, s
+    # what it waited is counted and reported: the compile waited about the 20 s Ray was held
+    assert set(s["ray_start_seconds"]) == {"connected", "ready"} and s["ray_start_seconds"]["connected"] >= 20, s
+    assert s["ray_wait_seconds"] >= 15, s
+    assert "Ray after enable(): connected" in text and "kernel compiles waited" in text, text
     torch.testing.assert_close(result["out"], model(*args), rtol=1e-5, atol=1e-5)
 
 
