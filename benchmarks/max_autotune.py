@@ -2,7 +2,8 @@
 
     python benchmarks/max_autotune.py [--models gpt2 llama gpt2-breaks] [--cases stock farm farm-graphs farm-backward]
         [--gpus 1 2] [--mode max-autotune-no-cudagraphs|max-autotune] [--layers 4] [--batch 4] [--seq 512]
-        [--exhaustive] [--stock-timeout 560] [--steps 20] [--same-process] [--profile] [--label NAME]
+        [--exhaustive] [--stock-timeout 560] [--steps 20] [--same-process] [--profile] [--sample PY_SPY]
+        [--label NAME]
 
 Models: ``gpt2`` a GPT-2-style training step (transformers config, hidden 768, bf16: forward, loss,
 backward); ``gpt2-breaks`` the same with a graph break after each block (a step of several graphs:
@@ -169,6 +170,9 @@ def run_child(case: str, a: argparse.Namespace, model: str, env: dict[str, str],
            "--batch", str(a.batch), "--seq", str(a.seq), "--steps", str(a.steps),
            *(["--same-process"] if a.same_process and case != "stock" else []),
            *(["--profile-to", str(a.profile_to)] if a.profile else [])]
+    if a.sample:  # every thread's stacks, waits included (benchmarks/timeline.py reads them)
+        cmd = [a.sample, "record", "--threads", "--idle", "--nonblocking", "-r", "100", "-f", "speedscope",
+               "-o", str(a.out / f"max_autotune_{a.label}_sampled_{model}_{case}.json"), "--", *cmd]
     started = time.perf_counter()
     # the child dumps every thread's stack shortly before the time-out (faulthandler), to say where it was
     stacks = {"RAYCOMPILE_BENCH_STACKS_AFTER_S": str(max(1.0, timeout - 10.0))}
@@ -204,6 +208,9 @@ def main() -> None:
     p.add_argument("--same-process", action="store_true")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--profile-to", type=pathlib.Path)
+    p.add_argument("--sample", default="", metavar="PY_SPY",
+                   help="a py-spy binary: each case runs under `py-spy record --threads --idle` "
+                        "(max_autotune_LABEL_sampled_MODEL_CASE.json; `python benchmarks/timeline.py FILE`)")
     p.add_argument("--label", default="local")
     p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     a = p.parse_args()

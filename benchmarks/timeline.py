@@ -3,7 +3,7 @@
     python benchmarks/timeline.py FILE.json [--thread MainThread] [--min 0.3] [--top 12]
 
 FILE is a ``py-spy record --threads --idle -f speedscope`` profile (``overhead.py --sample``,
-``max_autotune.py --sample``). Each sample of the thread is put in a phase by the outermost
+``max_autotune.py --sample``). Each sample of the thread is put in a phase by the innermost
 frame of the compile that it is in (build, Dynamo, AOTAutograd, lowering, scheduling, codegen,
 loading the output module, the first run); a sample whose innermost frame blocks (a lock, a
 future, a subprocess, a sleep) is a wait, named by the frames that led to it. Prints the phases
@@ -35,6 +35,14 @@ PHASES = (
     ("autotune", ("select_algorithm.py:__call__",)),
     ("first_run", ("output_code.py:__call__", "triton_heuristics.py:run")),
     ("backward", ("graph.py:backward", "autograd/__init__.py:backward", "_tensor.py:backward")),
+    # max-autotune: template choices timed at compile time, a kernel's configs and coordinate descent at its first run
+    ("autotune_timings", ("select_algorithm.py:benchmark_choices", "select_algorithm.py:benchmark_example_value",
+                          "select_algorithm.py:do_autotuning")),
+    ("config_tuning", ("triton_heuristics.py:autotune_to_one_config", "triton_heuristics.py:benchmark_all_configs")),
+    ("coordesc", ("triton_heuristics.py:coordinate_descent_tuning",)),
+    ("graph_wait", ("graphs.py:_wait", "graphs.py:wait")),
+    # a warm node's compiled frames (wrapper/frames.py), read and installed inside torch.compile
+    ("frames_load", ("frames.py:", "package.py:load")),
 )
 BLOCKING = ("wait", "_wait_for_tstate_lock", "acquire", "result", "sleep", "select", "poll", "waitpid",
             "_try_wait", "recv", "recv_into", "read", "readinto", "_recv", "join", "get", "_communicate",
