@@ -415,12 +415,12 @@ def main() -> int:
             print(table(results))
             same = {m: len({r["loss"] for r in rows.values()}) == 1 for m, rows in results.items()}
             print(f"\nthe same loss (bitwise) in every case: {same}", flush=True)
+            if n == args.rounds - 1 and args.rounds > 1:  # before the cluster's stop, which can take a minute
+                doc["medians"] = medians(rounds)
+                path.write_text(json.dumps(doc, indent=1))
+                print("\n" + median_table(doc["medians"], args.rounds), flush=True)
         finally:
             stop_ray(ray_proc)
-    if args.rounds > 1:
-        doc["medians"] = medians(rounds)
-        path.write_text(json.dumps(doc, indent=1))
-        print("\n" + median_table(doc["medians"], args.rounds), flush=True)
     results = rounds[0]
     try:
         sys.path.insert(0, str(HERE))
