@@ -107,7 +107,9 @@ def stats() -> dict[str, Any]:
     nodes (node id -> jobs), workers, the cache counters, and autotuning on GPU actors: benchmarks,
     benchmark_seconds (on the actors), benchmark_wall_seconds (this process waiting on them), gpus
     (GPU id -> benchmarks), benchmark_failures, benchmarks_local,
-    benchmarks_verified (apparent fastest candidates timed again in this process)."""
+    benchmarks_verified (apparent fastest candidates timed again in this process), ray_start_seconds
+    (seconds from ``enable()`` to each stage of the background Ray start: connected, ready) and
+    ray_wait_seconds (how long kernel compiles waited for that start, summed)."""
     session = session_module.last()
     if session is not None:
         return session.snapshot()

@@ -128,8 +128,11 @@ class Router:
 
         if self._compiles_here(None):
             warm()  # on Inductor's thread, as stock starts its pool
-        else:
-            self._io_or_here(warm)
+            return
+        try:
+            self._io.submit(warm)
+        except RuntimeError:  # the session is closing: the first job starts the pool, if any comes
+            pass
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
         """Inductor calls this at exit; the farm is closed by ``raycompile.disable``."""
