@@ -45,7 +45,7 @@ COUNTERS = (
     "key_mismatches", "compile_seconds",
     # autotuning on GPU actors
     "benchmarks", "benchmark_seconds", "benchmark_wall_seconds", "benchmark_failures", "gpu_restarts",
-    "benchmarks_local", "autotune_cached", "benchmarks_verified", "coordesc_prefetched",
+    "benchmarks_local", "autotune_cached", "benchmarks_verified", "coordesc_prefetched", "ray_wait_seconds",
     # compiled frames (settings.dynamo_cache)
     "dynamo_hits", "dynamo_misses", "dynamo_frames_loaded", "dynamo_frames_traced", "dynamo_published",
     "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full", "dynamo_unsaveable", "dynamo_write_failed",

@@ -130,7 +130,10 @@ def test_drivers_of_one_cluster_compile_each_kernel_once_with_default_settings(
     results = drivers(3, "", "", tmp_path, env={"RAY_ADDRESS": head.address}, one_node=True)
     stats = [r["stats"] for r in results]
     assert sum(s["jobs_local"] for s in stats) == alone["jobs_local"] and sum(s["jobs"] for s in stats) == 0, stats
-    assert sum(s["dedupe_cluster"] for s in stats) > 0, stats
+    # every driver has every kernel: compiled it, or read the one compile's entry from the node's
+    # cache dir, either waiting for it through the coordinator (dedupe_cluster) or, started later
+    # than its owner finished (a loaded 2-CPU box staggers the drivers), finding it there at once
+    assert all(s["jobs_local"] + s["local_hits"] >= alone["jobs_local"] for s in stats), stats
     assert all(s["coordinator_unavailable"] == 0 and s["fallbacks"] == 0 and s["refused"] == 0 for s in stats)
     assert all(torch.equal(r["out"], alone_out) for r in results)
 

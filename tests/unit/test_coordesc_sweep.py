@@ -54,3 +54,61 @@ def test_kernels_coordinate_descent_leaves_alone_get_nothing_ahead() -> None:
     template = types.SimpleNamespace(coordesc_tuner=tuner(x=1 << 20), _should_coordesc_tune=False)
     assert compat.coordesc_first_sweep(template, baseline) == []
     assert compat.coordesc_first_sweep(types.SimpleNamespace(), baseline) == []  # no tuner at all
+
+
+def bowl(cfg: Any) -> float:
+    """A stand-in for a GPU's timing (these machines have none): a bowl over the block sizes whose
+    bottom is far from the start, so the tuner moves several times, across several sweeps."""
+    import math
+
+    x, r = cfg.kwargs["XBLOCK"], cfg.kwargs["R0_BLOCK"]
+    return 1.0 + (math.log2(x) - 8) ** 2 + (math.log2(r) - 3) ** 2 + 0.1 * abs(cfg.num_warps - 8)
+
+
+def test_each_sweep_from_a_new_best_is_compiled_ahead_and_the_pick_is_stocks() -> None:
+    """The real tuner, timed by ``bowl``, picks the same config with and without the candidates
+    compiled ahead; with them, every config it times was compiled ahead on the prefetch threads
+    (none at its turn on the tuning thread, after a move to a new best too), none twice."""
+    import concurrent.futures
+    import threading
+
+    from raycompile.wrapper.compat import autotuner
+
+    size_hints = {"x": 1 << 16, "r0_": 1024}
+    baseline = triton.Config({"XBLOCK": 8, "R0_BLOCK": 64}, num_warps=4, num_stages=1)
+    stock_pick = tuner(**size_hints).autotune(bowl, baseline, None)
+    assert str(stock_pick) != str(baseline)  # the bowl makes it move
+
+    real = tuner(**size_hints)
+    kernel = types.SimpleNamespace(coordesc_tuner=real)
+    compiled: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def compile_one(cfg: Any) -> str:  # what CachingAutotuner._precompile_config returns: a launcher
+        with lock:
+            compiled.append((str(cfg), threading.current_thread().name))
+        return f"launcher {cfg}"
+
+    counted: list[int] = []
+    pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="raycompile-coordesc")
+    prefetch = autotuner.CoordescPrefetch(kernel, compile_one, pool, counted.append)
+
+    def timed(cfg: Any) -> float:  # CachingAutotuner's benchmark_one_config: the launcher, then its timing
+        assert prefetch.precompile_config(cfg) == f"launcher {cfg}"
+        return bowl(cfg)
+
+    with compat.coordesc_prefetched(2, lambda n: None):
+        sent = prefetch.ahead_from(baseline)
+        autotuner.COORDESC_ACTIVE[id(real)] = prefetch
+        try:
+            pick = real.autotune(timed, baseline, None)
+        finally:
+            autotuner.COORDESC_ACTIVE.pop(id(real), None)
+            prefetch.close()
+            pool.shutdown()
+    assert str(pick) == str(stock_pick)
+    names = [c for c, _ in compiled]
+    assert len(names) == len(set(names)), names  # nothing compiled twice
+    here = [c for c, thread in compiled if not thread.startswith("raycompile-coordesc")]
+    assert here == [str(baseline)], here  # only the start, timed first, as stock compiles it
+    assert sum(counted) == len(compiled) - 1 > sent  # later sweeps were compiled ahead as well

@@ -32,6 +32,8 @@ SEAMS: Seams = {
     "CachingAutotuner._precompile_config": (
         "torch._inductor.runtime.triton_heuristics", "CachingAutotuner._precompile_config"),
     "CoordescTuner.autotune": ("torch._inductor.runtime.coordinate_descent_tuner", "CoordescTuner.autotune"),
+    "CoordescTuner.compare_config": (
+        "torch._inductor.runtime.coordinate_descent_tuner", "CoordescTuner.compare_config"),
     "triton_config_to_hashable": ("torch._inductor.runtime.coordinate_descent_tuner", "triton_config_to_hashable"),
 }
 
@@ -322,50 +324,115 @@ def _kernel_loaded(kernel: Any) -> bool:
     return getattr(getattr(kernel, "fn", None), "fn", None) is not None
 
 
+# id(a kernel's CoordescTuner) -> its tuning in progress with candidates compiled ahead
+COORDESC_ACTIVE: dict[int, CoordescPrefetch] = {}
+
+
+class CoordescPrefetch:
+    """One kernel's coordinate descent with its candidates compiled ahead, sweep by sweep.
+
+    ``ahead_from(config)`` compiles at once (on ``pool``) every config of the sweep from
+    ``config`` (``coordesc_first_sweep``) that is neither timed already (the tuner's own cache) nor
+    compiled or in flight, and waits for them all: nothing is timed while they compile. The tuner
+    asks ``precompile_config`` where it would compile one, and gets the compile made ahead.
+    ``seen_best(config)`` is called before each comparison with the tuner's best config: where it
+    changed (a candidate won), the sweep from the new best is compiled ahead the same way, so a
+    later sweep's candidates are not compiled one at a time either. ``counted(n)``: n compiled."""
+
+    def __init__(self, kernel: Any, compile_one: Callable[..., Any], pool: concurrent.futures.Executor,
+                 counted: Callable[[int], None]) -> None:
+        self.kernel, self.compile_one, self.pool, self.counted = kernel, compile_one, pool, counted
+        self.futures: dict[Any, concurrent.futures.Future[Any]] = {}
+        self.handed: set[Any] = set()  # configs the tuner took: never compiled again
+        self.best: Any = None
+
+    def ahead_from(self, config: Any) -> int:
+        """Compile the sweep from ``config`` ahead; how many configs it sent."""
+        self.best = _config_key(config)
+        timed = getattr(getattr(self.kernel, "coordesc_tuner", None), "cached_benchmark_results", None) or {}
+        todo: dict[Any, Any] = {}
+        for cfg in coordesc_first_sweep(self.kernel, config):
+            key = _config_key(cfg)
+            if key not in timed and key not in self.futures and key not in self.handed and key != self.best:
+                todo[key] = cfg
+        new = {key: self.pool.submit(self.compile_one, cfg) for key, cfg in todo.items()}
+        self.futures.update(new)
+        if new:
+            concurrent.futures.wait(new.values(), timeout=COORDESC_WAIT_S)
+            self.counted(sum(1 for f in new.values() if f.done() and f.exception() is None))
+        return len(new)
+
+    def seen_best(self, config: Any) -> None:
+        if _config_key(config) != self.best:
+            self.ahead_from(config)
+
+    def precompile_config(self, cfg: Any, *more: Any, **options: Any) -> Any:
+        key = _config_key(cfg)
+        future = None if (more or options) else self.futures.pop(key, None)
+        self.handed.add(key)
+        if future is not None:
+            try:
+                return future.result(timeout=COORDESC_WAIT_S)
+            except Exception:  # noqa: BLE001 - compiled again here: stock's error is stock's to raise
+                pass
+        return self.compile_one(cfg, *more, **options)
+
+    def close(self) -> None:
+        for future in self.futures.values():  # candidates the tuner never asked for
+            future.cancel()
+        self.futures.clear()
+
+
 @contextlib.contextmanager
 def coordesc_prefetched(workers: int, counted: Callable[[int], None]) -> Iterator[None]:
     """Coordinate descent (max-autotune's tuning of a pointwise or reduction kernel at its first
     run, ``CachingAutotuner.coordinate_descent_tuning``) compiles each candidate config (Triton,
     then ptxas) just before timing it, one after another, on the step's critical path. Inside,
     the candidates of its first sweep (``coordesc_first_sweep``) are compiled at once on
-    ``workers`` threads before the tuner starts, and it takes each compile where it would have
-    made it. Nothing is timed while they compile (a timing beside busy threads would be another
-    timing than stock's); the timings, their order and so the pick are stock's. ``counted(n)``: n
-    candidates compiled ahead. Restored on exit."""
+    ``workers`` threads before the tuner starts, and those of the sweep from each new best config
+    as soon as the tuner moves to it (``CoordescPrefetch``, seen through
+    ``CoordescTuner.compare_config``); the tuner takes each compile where it would have made it.
+    Nothing is timed while they compile (a timing beside busy threads would be another timing than
+    stock's); the timings, their order and so the pick are stock's. ``counted(n)``: n candidates
+    compiled ahead. Restored on exit."""
+    from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
     stock = CachingAutotuner.__dict__["coordinate_descent_tuning"]
+    stock_compare = CoordescTuner.__dict__["compare_config"]
     pool = concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="raycompile-coordesc")
+    active = COORDESC_ACTIVE
 
     def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
-        ahead = coordesc_first_sweep(self, launcher.config)
-        if not ahead or "_precompile_config" in self.__dict__ or not _kernel_loaded(self):
+        tuner = getattr(self, "coordesc_tuner", None)
+        if (not coordesc_first_sweep(self, launcher.config) or "_precompile_config" in self.__dict__
+                or id(tuner) in active or not _kernel_loaded(self)):
             return stock(self, launcher, *args, **kwargs)
-        compile_one = self._precompile_config
-        futures = {_config_key(cfg): pool.submit(compile_one, cfg) for cfg in ahead}
-        concurrent.futures.wait(futures.values(), timeout=COORDESC_WAIT_S)
-        counted(sum(1 for f in futures.values() if f.done() and f.exception() is None))
-
-        def precompile_config(cfg: Any, *more: Any, **options: Any) -> Any:
-            future = None if (more or options) else futures.pop(_config_key(cfg), None)
-            if future is not None:
-                try:
-                    return future.result(timeout=COORDESC_WAIT_S)
-                except Exception:  # noqa: BLE001 - compiled again here: stock's error is stock's to raise
-                    pass
-            return compile_one(cfg, *more, **options)
-
-        self._precompile_config = precompile_config  # this kernel's tuning only: removed below
+        prefetch = CoordescPrefetch(self, self._precompile_config, pool, counted)
+        prefetch.ahead_from(launcher.config)
+        self._precompile_config = prefetch.precompile_config  # this kernel's tuning only: removed below
+        active[id(tuner)] = prefetch
         try:
             return stock(self, launcher, *args, **kwargs)
         finally:
+            active.pop(id(tuner), None)
             self.__dict__.pop("_precompile_config", None)
-            for future in futures.values():  # candidates the tuner never asked for
-                future.cancel()
+            prefetch.close()
+
+    def compare_config(self: Any, func: Any, candidate_config: Any, best_config: Any, best_timing: Any) -> Any:
+        prefetch = active.get(id(self))
+        if prefetch is not None:
+            try:
+                prefetch.seen_best(best_config)
+            except Exception as e:  # noqa: BLE001 - the tuner compiles what it needs itself, as stock
+                log.debug("raycompile: coordinate descent's next sweep not compiled ahead: %s", e)
+        return stock_compare(self, func, candidate_config, best_config, best_timing)
 
     CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
+    CoordescTuner.compare_config = compare_config
     try:
         yield
     finally:
         CachingAutotuner.coordinate_descent_tuning = stock
+        CoordescTuner.compare_config = stock_compare
         pool.shutdown(wait=False, cancel_futures=True)
