@@ -47,6 +47,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from autotune_scaling import check_gpus, fresh_caches, start_cluster  # noqa: E402 - next to this script
 from gpu_steps import gpu_profile, step_ms  # noqa: E402
+from timeline import sampled  # noqa: E402
 
 # cumulative-time buckets of the driver's profile: name -> substrings of "file:function"
 BUCKETS = {
@@ -171,8 +172,7 @@ def run_child(case: str, a: argparse.Namespace, model: str, env: dict[str, str],
            *(["--same-process"] if a.same_process and case != "stock" else []),
            *(["--profile-to", str(a.profile_to)] if a.profile else [])]
     if a.sample:  # every thread's stacks, waits included (benchmarks/timeline.py reads them)
-        cmd = [a.sample, "record", "--threads", "--idle", "--nonblocking", "-r", "100", "-f", "speedscope",
-               "-o", str(a.out / f"max_autotune_{a.label}_sampled_{model}_{case}.json"), "--", *cmd]
+        cmd = sampled(a.sample, str(a.out / f"max_autotune_{a.label}_sampled_{model}_{case}.json"), cmd)
     started = time.perf_counter()
     # the child dumps every thread's stack shortly before the time-out (faulthandler), to say where it was
     stacks = {"RAYCOMPILE_BENCH_STACKS_AFTER_S": str(max(1.0, timeout - 10.0))}

@@ -189,8 +189,9 @@ def run_case(case: str, model: str, device: str, env: dict[str, str], megacache:
         env = {**env, "RAYCOMPILE_DYNAMO_CACHE": "1"}
     cmd = [sys.executable, __file__, "--child", case, "--models", model, "--device", device, "--megacache", megacache]
     if sample:
-        cmd = [sample[0], "record", "--threads", "--idle", "--nonblocking", "-r", "100", "-f", "speedscope",
-               "-o", f"{sample[1]}_{model}_{case}.json", "--", *cmd]
+        from timeline import sampled  # next to this script
+
+        cmd = sampled(sample[0], f"{sample[1]}_{model}_{case}.json", cmd)
     started = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, timeout=timeout, check=False)
     for line in proc.stdout.splitlines():

@@ -49,6 +49,13 @@ BLOCKING = ("wait", "_wait_for_tstate_lock", "acquire", "result", "sleep", "sele
             "communicate", "accept", "epoll", "wait_for")
 
 
+def sampled(py_spy: str, out: str, cmd: list[str]) -> list[str]:
+    """``cmd`` run under py-spy, writing the profile this script reads to ``out``: every thread,
+    waits included, 100 samples a second, without pausing the process."""
+    return [py_spy, "record", "--threads", "--idle", "--nonblocking", "-r", "100", "-f", "speedscope", "-o", out,
+            "--", *cmd]
+
+
 def frame_key(f: dict[str, Any]) -> str:
     """"file.py:function" (py-spy names methods Class.method: the method's name is kept)."""
     path = f.get("file") or ""
