@@ -17,8 +17,9 @@ Cases, each a NEW process with EMPTY Inductor, Triton and raycompile caches:
   Ray task, the backward graphs compiled while the forward runs;
 - ``farm-backward``: ``graph_compiles="backward"``: only the backward graphs are Ray tasks (compiled
   while the forward runs), the forward graphs compile in this process with the farm.
-The farm cases run on a Ray cluster made here (``ray.cluster_utils``) with ``--gpus N`` GPUs (each
-N a new cluster), whose workers also start with empty caches.
+Each farm case runs on a new Ray cluster made here for it (``ray.cluster_utils``) with ``--gpus N``
+GPUs, whose workers also start with empty caches; each row records the machine's load average
+before its case (``load_before``).
 
 Columns: compile s (process start of the compile to the first output, ``enable()`` counted apart),
 x stock (stock's compile s / this one's; ">=" where stock hit its time-out), step ms (steady state,
@@ -132,6 +133,7 @@ def child(case: str, model: str, mode: str, layers: int, batch: int, seq: int, s
         import cProfile
 
         profiler = cProfile.Profile()
+    print(f"COMPILE_START {time.time()}", flush=True)  # a time-out's lower bound counts from here
     t1 = time.perf_counter()
     out = profiler.runcall(compiled, *args) if profiler else compiled(*args)
     torch.cuda.synchronize()
@@ -174,6 +176,7 @@ def run_child(case: str, a: argparse.Namespace, model: str, env: dict[str, str],
     if a.sample:  # every thread's stacks, waits included (benchmarks/timeline.py reads them)
         cmd = sampled(a.sample, str(a.out / f"max_autotune_{a.label}_sampled_{model}_{case}.json"), cmd)
     started = time.perf_counter()
+    started_epoch = time.time()
     # the child dumps every thread's stack shortly before the time-out (faulthandler), to say where it was
     stacks = {"RAYCOMPILE_BENCH_STACKS_AFTER_S": str(max(1.0, timeout - 10.0))}
     try:
@@ -183,8 +186,13 @@ def run_child(case: str, a: argparse.Namespace, model: str, env: dict[str, str],
         err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
         where = a.out / f"max_autotune_{a.label}_{model}_{case}_stacks.txt"
         where.write_text(err[-200_000:])
-        print(f"{model} {case}: no result within {timeout:.0f} s; its stacks: {where}", flush=True)
-        return {"timed_out": True, "compile_s": timeout, "wall_s": time.perf_counter() - started}
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        # the lower bound is the compile's own time: from its start (imports and the model's build excluded)
+        begun = [float(x.split()[1]) for x in out.splitlines() if x.startswith("COMPILE_START ")]
+        bound = started_epoch + timeout - begun[0] if begun else timeout
+        print(f"{model} {case}: no result within {timeout:.0f} s ({bound:.0f} s of compile); its stacks: {where}",
+              flush=True)
+        return {"timed_out": True, "compile_s": bound, "wall_s": time.perf_counter() - started}
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
@@ -234,22 +242,24 @@ def main() -> None:
     for model in a.models:
         if "stock" in a.cases:
             print(f"{model}: stock ...", flush=True)
-            rows.append({"model": model, "case": "stock", "gpus": 1,
+            rows.append({"model": model, "case": "stock", "gpus": 1, "load_before": os.getloadavg()[0],
                          **run_child("stock", a, model, env, a.stock_timeout)})
         for n in a.gpus:
             farm_cases = [c for c in a.cases if c != "stock"]
             if not farm_cases:
                 continue
-            cluster = start_cluster(n, 1)
-            try:
-                check_gpus(cluster.address, n)
-                for case in farm_cases:
+            for case in farm_cases:
+                # a new cluster for each case: nothing one case's workers left (warm processes, actors)
+                # serves or slows the next
+                cluster = start_cluster(n, 1)
+                try:
+                    check_gpus(cluster.address, n)
                     print(f"{model}: {case}, {n} GPU(s) ...", flush=True)
-                    rows.append({"model": model, "case": case, "gpus": n,
+                    rows.append({"model": model, "case": case, "gpus": n, "load_before": os.getloadavg()[0],
                                  **run_child(case, a, model, {**env, "RAY_ADDRESS": cluster.address},
                                              a.farm_timeout)})
-            finally:
-                cluster.shutdown()
+                finally:
+                    cluster.shutdown()
     table(rows, a, hardware)
     path = a.out / f"max_autotune_{a.label}.json"
     path.write_text(json.dumps({"mode": a.mode, "layers": a.layers, "batch": a.batch, "seq": a.seq,
