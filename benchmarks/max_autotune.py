@@ -26,7 +26,9 @@ x stock (stock's compile s / this one's; ">=" where stock hit its time-out), ste
 ``--steps`` calls between two synchronizes, median of 5 rounds, pinned core) and vs stock, GPU ms
 (profiler kernel time per step), jobs (kernel compiles), bench (candidates timed on GPU actors),
 graphs (sent to Ray tasks). ``--same-process``: the farm's compiled step against stock's compiled in
-the same process, alternating rounds (costs a stock compile in that process). ``--profile``: where the
+the same process, alternating rounds (costs a stock compile in that process; the GPT-2 step is then
+one frame: its loss is named, so transformers does not warn, where Dynamo breaks the graph; see
+``build``). ``--profile``: where the
 driver's first call spends its time (cProfile, cumulative seconds of Dynamo, AOTAutograd, lowering,
 scheduling and codegen, max-autotune's own timings, waits on the farm), written to
 ``benchmarks/results/max_autotune_LABEL_profile.txt`` and summarized in the table's notes.
@@ -66,7 +68,12 @@ BUCKETS = {
 }
 
 
-def build(model: str, layers: int, batch: int, seq: int):  # noqa: ANN201 - (step, args)
+def build(model: str, layers: int, batch: int, seq: int, one_frame: bool = False):  # noqa: ANN201 - (step, args)
+    """``one_frame``: the GPT-2 model is given its loss by name (``loss_type="ForCausalLM"``, the loss
+    transformers falls back to anyway), so its loss function does not call ``logger.warning_once``,
+    where Dynamo breaks the graph: the step is one frame (and the backward). ``--same-process``
+    needs that: frames of transformers' code that a graph break makes Dynamo compile on their own
+    are shared with stock's twin, whose run would reuse them."""
     import torch
 
     torch.manual_seed(0)
@@ -78,6 +85,8 @@ def build(model: str, layers: int, batch: int, seq: int):  # noqa: ANN201 - (ste
 
     cfg = GPT2Config(n_layer=layers, n_embd=768, n_head=12, vocab_size=8192, n_positions=1024)
     m = GPT2LMHeadModel(cfg).cuda().to(torch.bfloat16).train()
+    if one_frame:
+        m.loss_type = "ForCausalLM"
     if model == "gpt2-breaks":
         for block in m.transformer.h:
             block.register_forward_hook(lambda *_: torch._dynamo.graph_break())
@@ -126,7 +135,7 @@ def child(case: str, model: str, mode: str, layers: int, batch: int, seq: int, s
         graphs = {"farm-graphs": "cluster", "farm-backward": "backward"}.get(case, "local")
         raycompile.enable(address="auto", graph_compiles=graphs)
     enable_s = time.perf_counter() - t0
-    fn, args = build(model, layers, batch, seq)
+    fn, args = build(model, layers, batch, seq, one_frame=same)
     compiled = torch.compile(fn, mode=mode)
     profiler = None
     if profile:
