@@ -227,7 +227,9 @@ def main() -> None:
     wanted = sorted({1, *args.gpus})  # the 1-GPU farm run is the base of the efficiency
     if max(wanted) > have:
         sys.exit(f"asked for {max(wanted)} GPUs, this machine has {have}")
-    env = {"RAY_AUTH_MODE": "disabled", "RAYCOMPILE_SECRET": "autotune-bench"}
+    # Ray's defaults: the cluster (cluster_utils, this process) and the children (RAY_ADDRESS) run
+    # with this environment, so they agree on token authentication whatever it says
+    env = {"RAYCOMPILE_SECRET": "autotune-bench"}
     rows = []
     for i in range(args.stock_runs):
         print(f"stock, {MODE}, 1 GPU (run {i + 1}) ...", flush=True)

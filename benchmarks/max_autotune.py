@@ -242,7 +242,9 @@ def main() -> None:
     if a.profile:
         a.profile_to = a.out / f"max_autotune_{a.label}_profile.txt"
         a.profile_to.write_text("")
-    env = {"RAY_AUTH_MODE": "disabled", "RAYCOMPILE_SECRET": "max-autotune-bench"}
+    # Ray's defaults: the cluster (cluster_utils, this process) and the children (RAY_ADDRESS) run
+    # with this environment, so they agree on token authentication whatever it says
+    env = {"RAYCOMPILE_SECRET": "max-autotune-bench"}
     if a.exhaustive:
         env["TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_SEARCH_SPACE"] = "EXHAUSTIVE"
     hardware = f"{torch.cuda.get_device_name(0)} x{torch.cuda.device_count()}, {os.cpu_count()} CPUs, " \

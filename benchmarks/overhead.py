@@ -212,8 +212,9 @@ def start_ray(work: pathlib.Path) -> tuple[subprocess.Popen[bytes], dict[str, st
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     tmp = tempfile.mkdtemp(prefix="ro", dir="/tmp")  # short: Ray's socket paths have a length limit
-    # token authentication off, as in the tests: a driver started here does not find the head's token
-    env = {"RAY_TMPDIR": tmp, "RAYCOMPILE_HEAD_CACHE_DIR": str(work / "head"), "RAY_AUTH_MODE": "disabled"}
+    # Ray's defaults: with a token on this machine the head wants it, and the drivers, joining
+    # through the current-cluster file (no address), find it as ray.init() does
+    env = {"RAY_TMPDIR": tmp, "RAYCOMPILE_HEAD_CACHE_DIR": str(work / "head")}
     # the `ray` command, wherever ray is installed; --block: Ray ends its processes when this one ends
     proc = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
                              f"--port={port}", "--disable-usage-stats", "--include-dashboard=false"],

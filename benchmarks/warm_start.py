@@ -131,7 +131,7 @@ def main() -> None:
         return child(args.child, model)
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="warm-start-"))
-    secret = {"RAYCOMPILE_SECRET": "warm-start-bench", "RAY_AUTH_MODE": "disabled"}
+    secret = {"RAYCOMPILE_SECRET": "warm-start-bench"}
     procs: list[subprocess.Popen] = []
     urls = {}
     if "redis" in args.shared and shutil.which("redis-server"):

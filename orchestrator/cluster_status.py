@@ -9,6 +9,7 @@ import logging
 import os
 from typing import Any
 
+from ..errors import FarmUnavailableError
 from ..settings import Settings
 from . import raycalls
 from .cache_service import SERVICE_NAME
@@ -16,6 +17,9 @@ from .coordinator import COORDINATOR_NAME
 from .remote import COMPILE_RESOURCE, _probe, compile_resources
 
 log = logging.getLogger("raycompile.status")
+
+STATUS_FIX = ("`raycompile status` shows a running cluster: start one with `ray start --head` (on this machine it is "
+              "then found with no address), or pass the address of one (--address host:6379, or RAY_ADDRESS).")
 
 
 def collect(settings: Settings) -> dict[str, Any]:
@@ -27,7 +31,10 @@ def collect(settings: Settings) -> dict[str, Any]:
     from .connect import connect
 
     settings = dataclasses.replace(settings, address=settings.address or "auto")
-    owns = connect(settings).owns
+    try:
+        owns = connect(settings).owns
+    except FarmUnavailableError as e:  # the usual advice offers an embedded Ray, which `status` never starts
+        raise e.advised(STATUS_FIX) from e
     try:
         with raycalls.calls(raycalls.address(), "reading the cluster's status"):
             return _collect(settings)
@@ -135,8 +142,12 @@ def _cache(settings: Settings, alive_nodes: int) -> dict[str, Any]:
     shared: dict[str, Any] = {"url": url}
     if url.startswith("file://"):
         path = url.removeprefix("file://")
-        entries = FileTier(path, b"", "shared").entries() if os.path.isdir(path) else []
-        shared.update(entries=len(entries), bytes=sum(s for _, s, _ in entries))
+        if os.path.isdir(path):
+            entries = FileTier(path, b"", "shared").entries()
+            shared.update(entries=len(entries), bytes=sum(s for _, s, _ in entries))
+        else:  # not an empty tier: a typo, or a file system not mounted here
+            shared["error"] = (f"{path} does not exist on this machine (sessions create it at their first write; "
+                               "a typo, or a file system not mounted here?)")
     elif url == "ray://head":
         usage = _actor_call(SERVICE_NAME, settings.namespace, "usage", settings.connect_timeout_s)
         if usage is None:

@@ -11,6 +11,13 @@ file behind). Here every address is first checked with a TCP connect: an address
 that does not answer is ignored when none was asked for (an embedded Ray starts) and an error for
 ``auto``, so a bad address fails within ``connect_timeout_s``, the same way for ``enable()``,
 ``demo``, ``status`` and ``precompile``.
+
+Token authentication (on by default since Ray 2.5x) follows ``ray.init`` too (orchestrator/auth.py):
+a cluster found by Ray's rules (the current-cluster file) is joined as ``ray.init(address="auto")``
+joins it, with the token Ray finds, never as an explicit address (for which Ray does not look for
+one); an explicit address uses the token only with RAY_AUTH_MODE=token, as in Ray. Before
+``ray.init``, the GCS is asked once (Ray's own client), so a refused token fails at once, with
+Ray's reason and the fix, not after Ray's 20 s of retries with "Failed to connect".
 """
 
 from __future__ import annotations
@@ -119,8 +126,9 @@ def resolve(settings: Settings, check_remote: bool = True) -> Target:
 
 
 class _DropNoise(logging.Filter):
-    """Ray's notes that say nothing to a raycompile user: token authentication on for a cluster
-    raycompile started itself, and no SIGTERM handler for a connection made off the main thread."""
+    """Ray's notes that say nothing to a raycompile user: token authentication turned on for this
+    process (for a Ray raycompile started, or a cluster joined as ray.init() joins it: the user
+    set up neither switch), and no SIGTERM handler for a connection made off the main thread."""
 
     NOISE = ("Token authentication is enabled for this Ray cluster", "SIGTERM handler is not set")
 
@@ -143,8 +151,9 @@ def connect(settings: Settings, target: Target | None = None) -> Joined:
     local Ray. Returns what was joined; ``owns`` says this call started the connection (so the
     caller shuts Ray down). A process already connected keeps its connection.
 
-    Raises FarmUnavailableError when the address does not answer, or when this process is
-    connected to another cluster than the one ``settings.address`` names."""
+    Raises FarmUnavailableError when the address does not answer, when Ray refuses this process's
+    token (Ray's reason, and the fix), or when this process is connected to another cluster than
+    the one ``settings.address`` names."""
     import ray
 
     if ray.is_initialized():
@@ -161,14 +170,56 @@ def connect(settings: Settings, target: Target | None = None) -> Joined:
             why := answers(target.address, settings.connect_timeout_s)):
         raise FarmUnavailableError(target.address, why)
     _quiet_ray()
+    if target.address is not None and not target.address.startswith("ray://"):  # Ray Client checks its own
+        _check_gcs(target, settings.connect_timeout_s)
     try:
         if target.address is not None:
-            ray.init(address=target.address, namespace=settings.namespace, log_to_driver=False,
+            ray.init(address=_init_address(target), namespace=settings.namespace, log_to_driver=False,
                      logging_level=logging.WARNING)
         else:
             ray.init(address="local", num_cpus=settings.num_cpus, namespace=settings.namespace,
                      include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     except Exception as e:  # noqa: BLE001 - chained, not hidden: ray.init fails with ConnectionError, TimeoutError,
         # RuntimeError, ValueError or a RayError alike when it cannot reach or start Ray; each is this one error
-        raise FarmUnavailableError(target.address or EMBEDDED, f"{type(e).__name__}: {e}") from e
+        fix = None
+        if target.address is not None and target.address.startswith("ray://"):
+            from . import auth
+
+            fix = None if auth.token_mode() else auth.CLIENT_FIX  # Ray Client only says "connection timeout"
+        raise FarmUnavailableError(target.address or EMBEDDED, _ray_reason(e), fix) from e
     return Joined(target, owns=True)
+
+
+def _init_address(target: Target) -> str:
+    """What ``ray.init`` is given: ``auto`` for the cluster Ray's rules found (then Ray applies
+    its own rules, the token's included, to the same file), else the address itself."""
+    return "auto" if target.source == "current-cluster file" else str(target.address)
+
+
+def _check_gcs(target: Target, timeout: float) -> None:
+    """Ray's authentication step for ``target``, then one question to its GCS (orchestrator/auth.py).
+    Raises FarmUnavailableError with Ray's reason when Ray refuses, or no GCS answers."""
+    from . import auth
+
+    address = str(target.address)
+    found = target.source == "current-cluster file"
+    refused = auth.join_mode(found_by_ray_rules=found)
+    if refused is None:
+        answer = auth.refusal(address, timeout, explicit=not found)
+        if isinstance(answer, str):
+            raise FarmUnavailableError(address, answer)
+        refused = answer
+    if refused is not None:
+        raise FarmUnavailableError(address, f"Ray refused this process: {refused.reason}", refused.fix)
+
+
+def _ray_reason(error: BaseException) -> str:
+    """``ray.init``'s failure with Ray's reason: its own message says only "Failed to connect to
+    Ray cluster at ..."; the cause it chains holds the last error of its retries (a traceback
+    whose last line names it)."""
+    parts = [f"{type(error).__name__}: {str(error).strip()[:300]}"]
+    cause = error.__cause__
+    if cause is not None and str(cause).strip():
+        lines = [line.strip() for line in str(cause).strip().splitlines() if line.strip()]
+        parts.append(lines[-1][:300])
+    return "; ".join(parts)

@@ -228,6 +228,7 @@ class Farm:
     def _mark_dead(self, error: BaseException) -> None:
         if self.alive:
             log.warning("raycompile: the Ray cluster failed (%s); compiling locally from now on", error)
+            self.stats.set(ray_unavailable=f"the Ray cluster failed ({error})")
         self.alive = False
 
     # -- the dispatcher and the result threads -----------------------------------------------

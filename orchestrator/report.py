@@ -47,13 +47,18 @@ def summary(stats: Mapping[str, Any], records: list[JobRecord], node_names: Mapp
 
 
 def ray_lines(stats: Mapping[str, Any]) -> list[str]:
-    """When the session's Ray side came up, and how long kernel compiles waited for it."""
+    """When the session's Ray side came up, and how long kernel compiles waited for it; or why it
+    compiled without Ray."""
     start = stats.get("ray_start_seconds") or {}
     waited = stats.get("ray_wait_seconds", 0.0)
-    if not start and not waited:
-        return []
-    stages = ", ".join(f"{stage} {s:.1f} s" for stage, s in start.items()) or "not up"
-    return [f"  Ray after enable(): {stages}; kernel compiles waited {waited:.1f} s for it (summed)"]
+    lines = []
+    if start or waited:
+        stages = ", ".join(f"{stage} {s:.1f} s" for stage, s in start.items()) or "not up"
+        lines.append(f"  Ray after enable(): {stages}; kernel compiles waited {waited:.1f} s for it (summed)")
+    if stats.get("ray_unavailable"):
+        lines.append(f"  without Ray: {stats['fallbacks']} compiles ran locally with stock Inductor, because: "
+                     f"{stats['ray_unavailable'].splitlines()[0][:400]}")
+    return lines
 
 
 def graphs_lines(stats: Mapping[str, Any]) -> list[str]:

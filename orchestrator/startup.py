@@ -37,6 +37,15 @@ from .stats import Stats
 log = logging.getLogger("raycompile.startup")
 
 
+def warn_fallback(stats: Stats, error: FarmUnavailableError) -> None:
+    """The one warning a session gives when it compiles without Ray, and the reason kept for
+    ``report()`` (``stats()['ray_unavailable']``). The compiles that then fall back say nothing
+    more (wrapper/hooks.py)."""
+    stats.set(ray_unavailable=f"cannot reach Ray at {error.address}: {error.reason}")
+    log.warning("raycompile: %s\nCompiling locally with stock Inductor; each local compile is counted in "
+                "raycompile.stats()['fallbacks'].", error)
+
+
 class Startup:
     """Starts at construction; ``close()`` tears down what it brought up (and waits, bounded, for
     a start still in progress). ``user_key`` signs a shared tier when no cluster holds a secret."""
@@ -164,8 +173,7 @@ class Startup:
     def _warn_fallback(self, e: BaseException) -> None:
         if isinstance(e, FarmUnavailableError) and self.settings.fallback and not self._warned:
             self._warned = True
-            log.warning("raycompile: %s\nCompiling locally with stock Inductor; each local compile is counted "
-                        "in raycompile.stats()['fallbacks'].", e)
+            warn_fallback(self.stats, e)
 
     # -- what the session asks -----------------------------------------------------------------
 

@@ -99,6 +99,8 @@ class Stats:
         # seconds kernel compiles spent waiting for it (the farm, the shared tier), summed over them
         self.ray_start_seconds: dict[str, float] = {}
         self.ray_wait_seconds = 0.0
+        # why the session compiles without Ray ("" while it has Ray): Ray unreachable, or failed
+        self.ray_unavailable = ""
         self.graph_kernel_jobs = 0  # kernel compile jobs the graph tasks' workers ran or sent
         self.graph_workers_warmed = 0  # warm-up tasks sent at enable() (each readies a worker)
         self.graph_nodes: Counter[str] = Counter()  # node id -> graphs compiled there
@@ -110,7 +112,7 @@ class Stats:
             for name, delta in deltas.items():
                 setattr(self, name, getattr(self, name) + delta)
 
-    def set(self, **values: float) -> None:
+    def set(self, **values: Any) -> None:
         with self._lock:
             for name, value in values.items():
                 setattr(self, name, value)
@@ -215,6 +217,7 @@ class Stats:
                 "graphs_refused_reasons": dict(self.graphs_refused_reasons),
                 "ray_start_seconds": {k: round(v, 3) for k, v in self.ray_start_seconds.items()},
                 "ray_wait_seconds": round(self.ray_wait_seconds, 3),
+                "ray_unavailable": self.ray_unavailable,
             }
 
 

@@ -108,8 +108,9 @@ def stats() -> dict[str, Any]:
     benchmark_seconds (on the actors), benchmark_wall_seconds (this process waiting on them), gpus
     (GPU id -> benchmarks), benchmark_failures, benchmarks_local,
     benchmarks_verified (apparent fastest candidates timed again in this process), ray_start_seconds
-    (seconds from ``enable()`` to each stage of the background Ray start: connected, ready) and
-    ray_wait_seconds (how long kernel compiles waited for that start, summed)."""
+    (seconds from ``enable()`` to each stage of the background Ray start: connected, ready),
+    ray_wait_seconds (how long kernel compiles waited for that start, summed) and ray_unavailable
+    (why the session compiles without Ray, "" while it has Ray)."""
     session = session_module.last()
     if session is not None:
         return session.snapshot()

@@ -77,12 +77,14 @@ def _compile_kernels(args: argparse.Namespace) -> int:
     from .settings import Settings
     from .wrapper import compat
     from .wrapper.jobs import triton_job
-    from .wrapper.kernel_sources import find_kernels
+    from .wrapper.kernel_sources import scan
 
     arch = compat.parse_arch(args.arch) if args.arch else None  # bad arch: exit 2 before starting Ray
-    sources = find_kernels(args.paths)
+    found = scan(args.paths)
+    sources = found.kernels
     if not sources:
-        print(f"raycompile: no Inductor Triton kernels under {' '.join(args.paths)}", file=sys.stderr)
+        skipped = f" ({found.skipped()})" if found.skipped() else ""
+        print(f"raycompile: no Inductor Triton kernels under {' '.join(args.paths)}{skipped}", file=sys.stderr)
         return 2
     settings = Settings.resolve(address=args.address, num_cpus=args.num_cpus,
                                 job_timeout_s=args.job_timeout, fallback=False)
@@ -108,6 +110,8 @@ def _compile_kernels(args: argparse.Namespace) -> int:
         print(f"FAILED {failure.label}{node}: {failure.message.strip().splitlines()[-1][:300]}")
     for line in unreadable:
         print(line)
+    if found.skipped():
+        print(found.skipped())
     print(report.line())
     return 1 if report.failed or unreadable else 0
 

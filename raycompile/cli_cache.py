@@ -110,14 +110,22 @@ def _tier(args: argparse.Namespace, signed: bool = True) -> FileTier:
     user's key, cache/signing.py), for the actions that check or write entries; the others only
     count or delete them and need none.
 
-    Raises SettingsError for a --shared that is not a file:///path."""
+    Raises SettingsError for a --shared that is not a file:///path, or names no directory this
+    user can read: a typo, or a file system not mounted here, must not look like an empty tier."""
     root = _local_root(args)
     shared = getattr(args, "shared", None)
     if shared and not shared.startswith("file:///"):
         raise SettingsError(f"--shared {shared!r}: only a file:///path tier can be acted on here")
     secret = (Settings.resolve().secret_bytes or load_secret()) if signed else b""
     if shared:
-        return FileTier(shared.removeprefix("file://"), secret, "shared")
+        path = shared.removeprefix("file://")
+        if not os.path.isdir(path):
+            raise SettingsError(f"--shared {shared!r}: {path} is no directory (a typo, or a shared file system not "
+                                f"mounted here?); for a new, empty tier create it first: mkdir -p {path}")
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise SettingsError(f"--shared {shared!r}: this user cannot read {path}; run as a user who can, or "
+                                "fix its permissions")
+        return FileTier(path, secret, "shared")
     return FileTier(root, secret, "local")
 
 
@@ -298,12 +306,12 @@ def _cluster_secret(user: bytes) -> bytes | None:
 
 
 def _prune(args: argparse.Namespace) -> int:
+    if args.max_size is None and getattr(args, "shared", None):  # the usage error first, before the tier's
+        raise SettingsError("cache prune --shared needs --max-size, e.g. --max-size 500G: "
+                            "a shared tier has no lasting cap")
     tier = _tier(args, signed=False)
     if args.max_size is not None:
         cap, source = args.max_size, "--max-size"
-    elif tier.name != "local":
-        raise SettingsError("cache prune --shared needs --max-size, e.g. --max-size 500G: "
-                            "a shared tier has no lasting cap")
     else:
         cap, source = _cap(tier.root)
     if cap is None:

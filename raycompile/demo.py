@@ -29,10 +29,13 @@ def run_demo(address: str | None = None, num_cpus: int | None = None) -> int:
     except BaseException:
         disable()
         raise
-    where = "an embedded local Ray" if up["embedded"] else f"the Ray cluster at {up['address']}"
-    what = f"{up['nodes']} node(s), {up['workers']} CPUs" if not up["fallback"] else "unreachable, compiling locally"
-    print(f"enable() returned in {enabled_in:.2f} s; {where} was ready {time.perf_counter() - t0:.1f} s after it: "
-          + what)
+    if up["fallback"]:  # the warning above said why; the report below says it again, with the count
+        print(f"enable() returned in {enabled_in:.2f} s; Ray at {up['address']} could not be reached, so the models "
+              "compile locally with stock Inductor")
+    else:
+        where = "an embedded local Ray" if up["embedded"] else f"the Ray cluster at {up['address']}"
+        print(f"enable() returned in {enabled_in:.2f} s; {where} was ready {time.perf_counter() - t0:.1f} s after "
+              f"it: {up['nodes']} node(s), {up['workers']} CPUs")
     ok = True
     rows = []
     try:

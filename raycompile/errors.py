@@ -43,18 +43,23 @@ class VersionMismatchError(RaycompileError):
 
 
 class FarmUnavailableError(RaycompileError):
-    """Ray could not be reached (or started) and local fallback was turned off."""
+    """Ray could not be reached (or started) and local fallback was turned off. ``fix`` says what
+    to do where the usual advice does not fit (a token Ray refused, a command that never starts a
+    Ray of its own); None gives the usual advice."""
 
-    def __init__(self, address: str, reason: str) -> None:
-        self.address, self.reason = address, reason
-        super().__init__(address, reason)
+    ADVICE = ("Start a cluster with `ray start --head`, pass its address (address='host:6379', RAY_ADDRESS, "
+              "or --address), or leave out the address to start an embedded local Ray.")
+
+    def __init__(self, address: str, reason: str, fix: str | None = None) -> None:
+        self.address, self.reason, self.fix = address, reason, fix
+        super().__init__(address, reason, fix)
 
     def __str__(self) -> str:
-        return (
-            f"cannot reach Ray at {self.address}: {self.reason}. Start a cluster with "
-            "`ray start --head`, pass its address (address='host:6379', RAY_ADDRESS, or --address), "
-            "or leave out the address to start an embedded local Ray."
-        )
+        return f"cannot reach Ray at {self.address}: {self.reason.rstrip('.')}. {self.fix or self.ADVICE}"
+
+    def advised(self, fix: str) -> FarmUnavailableError:
+        """This error with ``fix`` as its advice, unless it carries advice of its own already."""
+        return self if self.fix else FarmUnavailableError(self.address, self.reason, fix)
 
 
 class KernelSourceError(RaycompileError):

@@ -26,7 +26,7 @@ from .errors import FarmUnavailableError, RaycompileError
 from .orchestrator import Progress, Stats, progress_wanted
 from .orchestrator.connect import Target, resolve
 from .orchestrator.metrics import MetricsExporter
-from .orchestrator.startup import Startup
+from .orchestrator.startup import Startup, warn_fallback
 from .settings import DEFAULT_CACHE_MAX_BYTES, Settings
 
 log = logging.getLogger("raycompile")
@@ -62,8 +62,7 @@ class Session:
             if not settings.fallback:
                 raise
             unreachable = e
-            log.warning("raycompile: %s\nCompiling locally with stock Inductor; each local compile is counted in "
-                        "raycompile.stats()['fallbacks'].", e)
+            warn_fallback(self.stats, e)
         from .wrapper.compat.toolchain import TOOLCHAIN  # light: its families import Inductor lazily
 
         self.startup = (Startup(settings, self.stats, self.progress, self.user_key, target, toolchain=TOOLCHAIN)

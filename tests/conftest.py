@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -14,15 +15,28 @@ import pytest
 
 # Keep Ray quiet and small on 2-core CI machines.
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Ray's defaults, as users have them: RAY_AUTH_MODE unset, and a token, as on any machine where a
+# ray.init() that started a Ray ran once (Ray 2.60 writes ~/.ray/auth_token then). So `ray start
+# --head` starts clusters with token authentication on, an embedded Ray turns it on too, and a
+# driver joins as ray.init() would (tests/integration/raystart.py). The token is the suite's own
+# (RAY_AUTH_TOKEN_PATH, where Ray looks before ~/.ray/auth_token): the suite neither depends on the
+# user's token nor writes one, and runs the same whether or not the machine has one.
 # Ray's "(raylet)" prefixes in plain text: captured output and subprocesses' pipes are no terminal
 os.environ.setdefault("RAY_COLOR_PREFIX", "0")
 # Ray's temp dir of our own: the clusters these tests start never meet another Ray on this machine
 # (nor its current-cluster file, which raycompile.enable() joins), and vice versa. Short: Ray's
 # socket paths have a length limit.
 os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+    _token = os.path.join(os.environ["RAY_TMPDIR"], "auth_token")  # beside the sessions' Ray dir, not in it
+    with open(_token, "w") as _f:  # as `ray get-auth-token --generate` makes one (authentication_token_generator.py)
+        _f.write(secrets.token_hex(32))
+    os.environ["RAY_AUTH_TOKEN_PATH"] = _token
 
 CORPUS = pathlib.Path(__file__).parent / "fixtures" / "corpus_torch211" / "kernels"
+# a real TORCHINDUCTOR_CACHE_DIR's Python files after a CUDA training step: 2 output modules (fwd,
+# bwd) next to the 7 kernel modules they load (tests/fixtures/capture_output_modules.py)
+INDUCTOR_CACHE = pathlib.Path(__file__).parent / "fixtures" / "corpus_torch211_cache" / "inductor_cache"
 
 
 # -- Ray's log dumps in failure reports ------------------------------------------------------------
@@ -111,6 +125,11 @@ def corpus() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def corpus_files() -> list[pathlib.Path]:
     return sorted(CORPUS.glob("*.py"))
+
+
+@pytest.fixture(scope="session")
+def inductor_cache() -> pathlib.Path:
+    return INDUCTOR_CACHE
 
 
 @pytest.fixture(autouse=True)

@@ -182,8 +182,8 @@ class Router:
             waited = time.monotonic() - t0
             if waited > 0.01:
                 self.stats.add(ray_wait_seconds=waited)
-            if farm is None:
-                _chain(self._fallback(local, "the Ray cluster is not reachable"), out)
+            if farm is None:  # the start (or the farm, when it failed) warned already, with the reason
+                _chain(self._fallback(local, "the Ray cluster is not reachable", warn=False), out)
                 return
             here = self._compiles_here(farm)
 
@@ -256,10 +256,10 @@ class Router:
         out.set_result(value)
         return True
 
-    def _fallback(self, local: Callable[[], Any], why: str) -> Future[Any]:
+    def _fallback(self, local: Callable[[], Any], why: str, warn: bool = True) -> Future[Any]:
         self.stats.add(fallbacks=1)
         with self._lock:
-            warn, self._warned = not self._warned, True
+            warn, self._warned = warn and not self._warned, self._warned or warn
         if warn:
             log.warning("raycompile: %s; compiling locally with stock Inductor (counted in "
                         "raycompile.stats()['fallbacks'])", why)

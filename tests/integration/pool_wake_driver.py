@@ -6,27 +6,30 @@ from __future__ import annotations
 
 import json
 import sys
-import time
+import threading
 
 import torch._inductor.async_compile as async_compile
 import torch._inductor.compile_fx  # noqa: F401 - Inductor loaded: enable() installs the hooks at once
 
 import raycompile
+from raycompile.session import IO_THREADS
 
 mode, cache_dir = sys.argv[1], sys.argv[2]
 AC = async_compile.AsyncCompile
 stock = AC.__dict__["process_pool"].__func__  # lru_cache'd: its size says whether the pool exists
 before = stock.cache_info().currsize
-raycompile.enable(compile_jobs=mode, cache_dir=cache_dir, address="" if mode == "local" else None)
+session = raycompile.enable(compile_jobs=mode, cache_dir=cache_dir, address="" if mode == "local" else None)
 routed = AC.__dict__["process_pool"].__func__ is not stock  # the Router is Inductor's pool now
 if mode != "local":
     raycompile.ready(120)  # the farm is up: whether jobs go to Ray is known
 AC.wakeup()  # compile_fx does this first for CUDA inputs
-deadline = time.monotonic() + 60
-while stock.cache_info().currsize == 0 and time.monotonic() < deadline and mode == "local":
-    time.sleep(0.05)
-if mode != "local":
-    time.sleep(2.0)  # what would start it runs on an I/O thread: give it the time it would take
+# What wakeup started is done: it ran on this thread, or on one of the session's I/O threads. Every
+# I/O thread takes one more task here and they all meet; the queue is first in, first out, so by
+# then each task handed to them before (the wakeup's) has ended.
+met = threading.Barrier(IO_THREADS + 1)
+for _ in range(IO_THREADS):
+    session.io.submit(met.wait, 120)
+met.wait(120)
 started = stock.cache_info().currsize == 1
 alive = False
 if started:

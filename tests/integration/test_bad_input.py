@@ -91,17 +91,17 @@ def test_enable_with_bad_settings_raises_settings_error_and_starts_nothing(kwarg
 
 
 def test_enable_an_unreachable_address_without_fallback_raises_quickly() -> None:
-    """enable() returns at once; ready() (and any compile that needs the farm) says, quickly, that
-    nothing answers there."""
-    import time
+    """enable() returns at once, without asking the network (it does not raise, though nothing
+    answers and fallback is off); ready() (and any compile that needs the farm) says that nothing
+    answers there: the connect check's answer, not a time-out's."""
+    import ray
 
-    start = time.monotonic()
     raycompile.enable(address="127.0.0.1:1", fallback=False, connect_timeout_s=5)
     try:
-        assert time.monotonic() - start < 1.0
         with pytest.raises(raycompile.FarmUnavailableError) as info:
             raycompile.ready()
-        assert "127.0.0.1:1" in str(info.value) and time.monotonic() - start < 30
+        assert "127.0.0.1:1" in str(info.value) and "nothing answers there" in str(info.value), info.value
+        assert not ray.is_initialized()
     finally:
         raycompile.disable()
 

@@ -152,6 +152,32 @@ def test_shared_file_tier(tmp_path: pathlib.Path) -> None:
     assert pruned.returncode == 0 and "evicted 2 entries" in pruned.stdout and held(shared)[0] == 1
 
 
+@pytest.mark.parametrize("action", ["stats", "verify", "prune", "clear", "export", "import"])
+def test_a_shared_tier_that_does_not_exist_is_an_error(action: str, tmp_path: pathlib.Path) -> None:
+    """A typo in the path, or a file system not mounted here, is not an empty tier: exit 2, the
+    path named, and what to do; nothing is created there."""
+    gone = tmp_path / "no" / "such" / "dir"
+    extra = {"prune": ["--max-size", "1G"], "export": [str(tmp_path / "a.tar.gz")],
+             "import": [str(tmp_path / "a.tar.gz")]}.get(action, [])
+    proc = run(action, *extra, "--shared", f"file://{gone}", "--dir", str(tmp_path / "c"))
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert f"raycompile: --shared 'file://{gone}': {gone} is no directory" in proc.stderr, proc.stderr
+    assert f"mkdir -p {gone}" in proc.stderr and "Traceback" not in proc.stderr
+    assert not gone.exists() and proc.stdout == ""
+
+
+def test_a_shared_tier_this_user_cannot_read_is_an_error(tmp_path: pathlib.Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root reads every directory: the permission case needs an ordinary user")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0)
+    try:
+        proc = run("stats", "--shared", f"file://{locked}", "--dir", str(tmp_path / "c"))
+    finally:
+        locked.chmod(0o700)
+    assert proc.returncode == 2 and "cannot read" in proc.stderr, proc.stderr
+
+
 def test_export_import_to_an_air_gapped_cluster(tmp_path: pathlib.Path) -> None:
     src, dst, archive = tmp_path / "src", tmp_path / "dst", tmp_path / "cache.tar.gz"
     keys = fill(src, 3)

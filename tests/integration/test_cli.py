@@ -4,6 +4,7 @@ workers, and bad input (exit 2, a clear message, no hang)."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -12,9 +13,9 @@ import sys
 import pytest
 
 
-def run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def run(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "raycompile", *args], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+                          timeout=timeout, check=False, env={**os.environ, **(env or {})} if env else None)
 
 
 @pytest.mark.slow  # the 70 kernels of the corpus, twice (test_a_broken_kernel_fails_the_run is the quick run)
@@ -40,6 +41,49 @@ def test_a_broken_kernel_fails_the_run(corpus: pathlib.Path, tmp_path: pathlib.P
     assert proc.returncode == 1
     assert "FAILED" in proc.stdout and "SyntaxError" in proc.stdout
     assert "compiled 2 kernels (1 failed)" in proc.stdout
+
+
+GOLDEN = pathlib.Path(__file__).parents[1] / "fixtures" / "golden"
+
+
+def test_output_modules_are_skipped_and_only_kernels_fail(inductor_cache: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    """A directory as Inductor leaves one: output modules (stock's, from a real CUDA step, and
+    raycompile's own), a kernel, a broken kernel and a file that is none. Exactly one failure, the
+    broken kernel's, named; the output modules are skipped and counted, never compiled."""
+    modules = sorted(p for p in inductor_cache.glob("*.py") if "def call(" in p.read_text())
+    kernel = next(p for p in sorted(inductor_cache.glob("*.py")) if p not in modules)
+    work = tmp_path / "cache"
+    work.mkdir()
+    for p in [*modules, kernel]:
+        (work / p.name).write_text(p.read_text())
+    ours = GOLDEN / "output_module_cuda_pointwise.py.txt"
+    (work / "ours.py").write_text(ours.read_text().replace("<kernel source>", kernel.read_text()))
+    name = re.search(r"^def (\w+)\(", kernel.read_text(), re.M).group(1)  # type: ignore[union-attr]
+    broken = kernel.read_text().replace(name, "triton_broken_on_purpose")
+    (work / "broken.py").write_text(re.sub(r"(@triton\.jit\ndef \w+\(.*\):\n)", r"\1    x = = 1\n", broken, count=1))
+    (work / "helper.py").write_text("import torch\n\n\ndef helper() -> None:\n    pass\n")
+    proc = run("compile-kernels", str(work), "--num-cpus", "2")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
+    assert len(failed) == 1 and failed[0].startswith("FAILED triton_broken_on_purpose"), proc.stdout
+    assert "compiled 2 kernels (1 failed)" in proc.stdout, proc.stdout
+    assert ("skipped 3 Inductor output modules (each holds call() and the wait on its kernels, which are compiled "
+            "from their own files) and 1 .py file that is no Inductor Triton kernel") in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow  # the 7 kernels of a real Inductor cache dir
+def test_compile_kernels_on_a_real_inductor_cache_dir(inductor_cache: pathlib.Path) -> None:
+    proc = run("compile-kernels", str(inductor_cache), "--arch", "sm_90", "--num-cpus", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"^compiled 7 kernels \(0 failed\) in [\d.]+ s on 2 workers$", proc.stdout, re.M), proc.stdout
+    assert "skipped 2 Inductor output modules" in proc.stdout and "FAILED" not in proc.stdout
+
+
+def test_only_output_modules_exits_2(inductor_cache: pathlib.Path) -> None:
+    modules = [str(p) for p in sorted(inductor_cache.glob("*.py")) if "def call(" in p.read_text()]
+    proc = run("compile-kernels", *modules, timeout=60)
+    assert proc.returncode == 2 and "no Inductor Triton kernels" in proc.stderr, proc.stderr
+    assert "skipped 2 Inductor output modules" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -80,3 +124,53 @@ def test_version_names_the_toolchain_it_runs_with() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"raycompile {raycompile.__version__} (torch {torch.__version__}, ")
     assert f"triton {triton.__version__}" in proc.stdout and f"ray {ray.__version__}" in proc.stdout
+
+
+# -- every answer true ------------------------------------------------------------------------------
+
+
+def test_status_with_no_cluster_running_says_how_to_start_one(tmp_path: pathlib.Path) -> None:
+    """`status` never starts a Ray: its advice is to start a cluster or name one, not the usual
+    "leave out the address to start an embedded local Ray"."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-m", "raycompile", "status"], capture_output=True, text=True, timeout=120,
+                          check=False, env={**env, "RAY_TMPDIR": str(tmp_path)})  # no current-cluster file there
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "cannot reach Ray at auto: no Ray cluster is running on this machine" in proc.stderr, proc.stderr
+    assert ("`raycompile status` shows a running cluster: start one with `ray start --head` (on this machine it is "
+            "then found with no address), or pass the address of one (--address host:6379, or RAY_ADDRESS)."
+            ) in proc.stderr, proc.stderr
+    assert "embedded" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args,variable,value,message", [
+    # the demo sets compile_jobs itself; compile-kernels sets fallback, and job_timeout_s from --job-timeout
+    (["demo"], "RAYCOMPILE_COMPILE_JOBS", "clustr",
+     "compile_jobs (or RAYCOMPILE_COMPILE_JOBS) must be 'auto', 'cluster' or 'local', got 'clustr'"),
+    (["compile-kernels", "KERNEL"], "RAYCOMPILE_FALLBACK", "maybe",
+     "fallback (or RAYCOMPILE_FALLBACK)='maybe' is not a valid bool"),
+    (["compile-kernels", "KERNEL", "--job-timeout", "60"], "RAYCOMPILE_JOB_TIMEOUT_S", "-1",
+     "job_timeout_s (or RAYCOMPILE_JOB_TIMEOUT_S) must be > 0, got -1.0"),
+])
+def test_a_bad_setting_is_an_error_where_the_command_overrides_it(args: list[str], variable: str, value: str,
+                                                                 message: str, corpus: pathlib.Path) -> None:
+    kernel = str(sorted(corpus.glob("*.py"))[0])
+    proc = run(*[kernel if a == "KERNEL" else a for a in args], env={variable: value}, timeout=300)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"raycompile: {message}" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow  # the demo's three models, compiled locally
+def test_demo_with_an_unreachable_ray_address_warns_once_and_says_what_happened() -> None:
+    proc = run("demo", env={"RAY_ADDRESS": "127.0.0.1:1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    warnings = [line for line in proc.stderr.splitlines() if "ompiling locally" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("Compiling locally with stock Inductor"), proc.stderr
+    assert "raycompile: cannot reach Ray at 127.0.0.1:1: nothing answers there" in proc.stderr, proc.stderr
+    assert ("Ray at 127.0.0.1:1 could not be reached, so the models compile locally with stock Inductor"
+            in proc.stdout), proc.stdout
+    assert "was ready" not in proc.stdout and "unreachable" not in proc.stdout, proc.stdout
+    fallbacks = int(re.search(r"fallbacks (\d+)", proc.stdout).group(1))  # type: ignore[union-attr]
+    assert fallbacks > 0 and (f"without Ray: {fallbacks} compiles ran locally with stock Inductor, because: cannot "
+                              "reach Ray at 127.0.0.1:1: nothing answers there") in proc.stdout, proc.stdout

@@ -9,13 +9,13 @@ import os
 import pathlib
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
 import torch
-from farmrun import compile_fresh, compile_on_farm
+from farmrun import compile_fresh
 from raystart import RayHead, ray_cluster, ray_head
+from waiting import wait_until
 
 from raycompile.kernels import Built
 from raycompile.models import examples
@@ -73,19 +73,19 @@ def drivers(n: int, address: str, shared: str, tmp: pathlib.Path, env: dict[str,
     """``n`` driver processes (tests/integration/cluster_driver.py), released together once all
     have joined the cluster; returns what each saved. Each has an empty local cache of its own, as
     on separate nodes, or with ``one_node`` one empty cache dir for all (processes of one node
-    share it by default)."""
+    share it by default). ``env`` joins it: ``head.driver_env`` for an explicit address."""
     barrier = tmp / "barrier"
-    barrier.mkdir()
+    barrier.mkdir(parents=True)
     procs = [subprocess.Popen(
         [sys.executable, str(HERE / "cluster_driver.py"), address, shared, str(tmp / f"out-{i}.pt"), str(barrier)],
         env={**os.environ, "RAYCOMPILE_CACHE_DIR": str(tmp / ("local" if one_node else f"local-{i}")), **(env or {})},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(n)]
     try:
-        deadline = time.monotonic() + 240
-        while len(list(barrier.glob("ready-*"))) < n:
+        def joined() -> bool:
             assert all(p.poll() is None for p in procs), [p.communicate()[0][-3000:] for p in procs if p.poll()]
-            assert time.monotonic() < deadline, "the drivers did not all join the cluster"
-            time.sleep(0.1)
+            return len(list(barrier.glob("ready-*"))) >= n
+
+        wait_until(joined, 240, "the drivers all joining the cluster", interval=0.1)
         (barrier / "go").touch()
         for p in procs:
             out, _ = p.communicate(timeout=300)
@@ -101,13 +101,12 @@ def drivers(n: int, address: str, shared: str, tmp: pathlib.Path, env: dict[str,
 # compiling on it; the usage errors below need neither and stay in the quick run (-m "not slow")
 @pytest.mark.slow
 def test_four_drivers_compile_each_kernel_once(head: RayHead, tmp_path: pathlib.Path) -> None:
-    model, args = examples()["reduction_tail"]
     # one driver alone, on its own fresh shared dir: how many compile jobs the model takes
-    alone_out, alone = compile_on_farm(model, args, address=head.address, fallback=False,
-                                       shared_cache=f"file://{tmp_path / 'shared-alone'}")
+    (first,) = drivers(1, head.address, f"file://{tmp_path / 'shared-alone'}", tmp_path / "alone", head.driver_env)
+    alone_out, alone = first["out"], first["stats"]
     assert alone["jobs"] > 0 and alone["dedupe_cluster"] == 0
     # four drivers at once, empty local caches, one fresh shared dir
-    results = drivers(4, head.address, f"file://{tmp_path / 'shared'}", tmp_path)
+    results = drivers(4, head.address, f"file://{tmp_path / 'shared'}", tmp_path, head.driver_env)
     stats = [r["stats"] for r in results]
     assert sum(s["jobs"] for s in stats) == alone["jobs"], stats
     assert sum(s["dedupe_cluster"] for s in stats) > 0, stats
@@ -123,11 +122,10 @@ def test_drivers_of_one_cluster_compile_each_kernel_once_with_default_settings(
     dir, and the cluster's coordinator has each kernel compiled once between them."""
     monkeypatch.delenv("RAYCOMPILE_SECRET", raising=False)
     monkeypatch.delenv("RAYCOMPILE_COMPILE_JOBS")  # the default: a one-node cluster compiles in Inductor's pools
-    model, args = examples()["reduction_tail"]
-    alone_out, alone = compile_on_farm(model, args, address=head.address, fallback=False,
-                                       cache_dir=str(tmp_path / "alone"))
+    (first,) = drivers(1, head.address, "", tmp_path / "alone", head.driver_env)
+    alone_out, alone = first["out"], first["stats"]
     assert alone["jobs_local"] > 0 and alone["jobs"] == 0, alone
-    results = drivers(3, "", "", tmp_path, env={"RAY_ADDRESS": head.address}, one_node=True)
+    results = drivers(3, "", "", tmp_path, env={"RAY_ADDRESS": head.address, **head.driver_env}, one_node=True)
     stats = [r["stats"] for r in results]
     assert sum(s["jobs_local"] for s in stats) == alone["jobs_local"] and sum(s["jobs"] for s in stats) == 0, stats
     # every driver has every kernel: compiled it, or read the one compile's entry from the node's
@@ -153,12 +151,12 @@ def test_ray_job_submit_precompile_then_a_fresh_process_warm_starts(head: RayHea
         [os.path.join(os.path.dirname(sys.executable), "ray"), "job", "submit", "--address", head.dashboard,
          "--working-dir", str(work), "--runtime-env-json", json.dumps(runtime_env),
          "--", "raycompile", "precompile", "--spec", "spec.json"],
-        capture_output=True, text=True, timeout=400, env=head.env, check=False)
+        capture_output=True, text=True, timeout=400, env={**head.env, **head.driver_env}, check=False)
     assert job.returncode == 0 and "succeeded" in job.stdout, job.stdout[-3000:] + job.stderr[-3000:]
     row = next(line.split() for line in job.stdout.splitlines() if line.startswith("tail-8"))
     assert row[1] == "ok" and int(row[3]) > 0, job.stdout[-3000:]  # status, jobs
     # a fresh process joining the cluster, empty local cache, the same shared tier: no compile jobs
-    (b,) = drivers(1, head.address, shared, tmp_path)
+    (b,) = drivers(1, head.address, shared, tmp_path, head.driver_env)
     assert b["stats"]["jobs"] == 0 and b["stats"]["shared_hits"] > 0, b["stats"]
     model, args = examples()["reduction_tail"]
     assert torch.equal(b["out"], compile_fresh(model, args))  # stock Inductor, bitwise
@@ -170,7 +168,8 @@ def test_status_shows_nodes_coordinator_and_tiers(head: RayHead, tmp_path: pathl
 
     shared = tmp_path / "shared"
     shared.mkdir()
-    proc = cli("status", "--address", head.address, "--json", env={"RAYCOMPILE_SHARED_CACHE": f"file://{shared}"})
+    proc = cli("status", "--address", head.address, "--json",
+               env={"RAYCOMPILE_SHARED_CACHE": f"file://{shared}", **head.driver_env})
     assert proc.returncode == 0, proc.stderr[-3000:]
     status = json.loads(proc.stdout)
     (node,) = status["nodes"]
@@ -204,7 +203,7 @@ def test_precompile_bad_spec_exits_2(spec: str, message: str, tmp_path: pathlib.
 def test_precompile_a_failing_variant_exits_1(head: RayHead, tmp_path: pathlib.Path) -> None:
     (tmp_path / "cluster_models.py").write_text(MODELS)
     (tmp_path / "spec.yaml").write_text("variants:\n  - {name: boom, entry: 'cluster_models:broken', inputs: []}\n")
-    proc = cli("precompile", "--spec", "spec.yaml", "--address", head.address, cwd=str(tmp_path))
+    proc = cli("precompile", "--spec", "spec.yaml", "--address", head.address, env=head.driver_env, cwd=str(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert "FAILED boom: ValueError: this entry point is broken on purpose" in proc.stdout
     assert "precompiled 1 variants (1 failed)" in proc.stdout
@@ -218,7 +217,7 @@ def test_precompile_runs_a_script_with_the_farm(head: RayHead, tmp_path: pathlib
         "print('argv', sys.argv[1:])\n"
         "torch.compile(lambda x: (x.sin() * 2).sum(-1))(torch.randn(8, 16))\n"
         "sys.exit(int(sys.argv[1]))\n")
-    proc = cli("precompile", str(script), "--", "3", "--flag", env={"RAY_ADDRESS": head.address})
+    proc = cli("precompile", str(script), "--", "3", "--flag", env={"RAY_ADDRESS": head.address, **head.driver_env})
     assert proc.returncode == 3, proc.stdout + proc.stderr[-3000:]
     assert "argv ['3', '--flag']" in proc.stdout and "raycompile summary" in proc.stdout
     assert "jobs 0 " not in proc.stdout  # its kernel compiled on the farm

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pathlib
 import pickle
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ import triton.language as tl
 from gpu_double import FakeGPUTiming, fake_ms, template_ms
 from raystart import ray_cluster
 from templates import triton_mm_choices
+from waiting import wait_until
 
 import raycompile
 from raycompile.cache import Cache, Entry
@@ -132,8 +134,6 @@ class TestPool:
     def test_a_held_gpu_takes_no_job_until_released(self, pool: GPUPool) -> None:
         """The driver's own timings hold the actor on its GPU (``hold``): it finishes the job it
         has, takes no other while held, and takes jobs again after."""
-        import threading
-
         pool.start()
         actors = [a for a in pool._actors or [] if a.group == A]
         held, other = actors
@@ -142,13 +142,14 @@ class TestPool:
         done: list[list[Any]] = []
         background = threading.Thread(target=lambda: done.append(pool.run(jobs(CONFIGS, "triton_poi_held_0"), A)))
         background.start()
-        time.sleep(0.5)  # both actors are timing jobs now
-        with pool.hold(held.uuid):
-            for _ in range(10):  # while held, its actor is never given a job
+        wait_until(lambda: {id(held), id(other)} <= pool._busy, 120, "both actors timing jobs")
+        with pool.hold(held.uuid):  # waits for the job the held actor has
+            # while held, its actor is never given a job: the rest of the run goes to the other one
+            while background.is_alive():
                 busy_inside.append(id(held) in pool._busy)
-                time.sleep(0.1)
-        background.join(timeout=120)
-        assert not any(busy_inside)
+                background.join(timeout=0.05)
+                assert len(busy_inside) < 2400, "the run did not end within 120 s"
+        assert busy_inside and not any(busy_inside)
         assert [t.ms for t in done[0]] == [fake_ms(c) for c in CONFIGS]
         # released: it takes jobs again; held again: every job goes to the other GPU
         with pool.hold(held.uuid):
@@ -163,16 +164,16 @@ def test_a_start_in_progress_never_delays_the_drivers_own_timings(cluster: Any) 
     the start waits out its time-out in the background."""
     with GPUPool(Stats(), measure=FakeGPUTiming(), start_timeout_s=300) as owner:
         owner.start()
-        late = GPUPool(Stats(), measure=FakeGPUTiming(), start_timeout_s=6)
+        late = GPUPool(Stats(), measure=FakeGPUTiming(), start_timeout_s=20)
         try:
             late.prestart()
-            time.sleep(1.0)  # the start is under way, waiting for a GPU
-            t = time.monotonic()
+            wait_until(late._starting.locked, 60, "the background start under way")  # waiting for a GPU
             assert not late.started
             with late.hold(owner._actors[0].uuid):
                 pass
-            assert time.monotonic() - t < 0.5
-            late._prestart.join(timeout=60)
+            # it returned while the start was still waiting for a GPU (it ends after its 20 s)
+            assert late._starting.locked() and not late.started
+            late._prestart.join(timeout=120)
             assert late.started and late.groups() == {}  # none came up: left out, not an error
         finally:
             late.close()
@@ -197,13 +198,14 @@ def test_max_autotune_decisions_are_timed_in_the_background(cluster: Any, tmp_pa
     monkeypatch.setattr(sa, "sys", types.SimpleNamespace(**{**vars(sys), "version_info": py312}))
     stock = sa.AlgorithmSelectorCache.__dict__["make_precompile_fn"]
     precompiled: list[str] = []
+    go = threading.Event()  # each precompile waits for it: until then, none has ended
 
     def decision(sub: str, configs: list[tuple[int, int]]) -> list[Any]:
         (tmp_path / sub).mkdir()
         choices = triton_mm_choices(tmp_path / sub, configs)
         for i, c in enumerate(choices):
             c.hash_key = c.kernel_hash_key = (lambda k=f"{sub}{i}": k)
-            c.precompile = (lambda k=f"{sub}{i}": (time.sleep(0.3), precompiled.append(k)))
+            c.precompile = (lambda k=f"{sub}{i}": (go.wait(120), precompiled.append(k)))
         return choices
 
     stats = Stats()
@@ -213,13 +215,11 @@ def test_max_autotune_decisions_are_timed_in_the_background(cluster: Any, tmp_pa
         session.pool.start()
         first, second = decision("a", [(4, 4), (2, 8)]), decision("b", [(2, 4), (3, 4), (1, 4)])
         selector = sa.AlgorithmSelectorCache()
-        t0 = time.monotonic()
         precompile_first = selector.make_precompile_fn(first, "mm", "first")
         precompile_second = selector.make_precompile_fn(second, "mm", "second")
-        assert time.monotonic() - t0 < 0.3 and stats.benchmarks == 0  # returned before any precompile ended
-        deadline = time.monotonic() + 120
-        while stats.benchmarks < 5 and time.monotonic() < deadline:  # nobody asked for them yet
-            time.sleep(0.1)
+        assert precompiled == [] and stats.benchmarks == 0  # returned before any precompile ended
+        go.set()
+        wait_until(lambda: stats.benchmarks >= 5, 120, "the 5 choices timed")  # nobody asked for them yet
         assert stats.benchmarks == 5 and stats.benchmark_wall_seconds == 0  # in the background
         assert selector.make_precompile_fn(first, "mm", "first") is precompile_first  # the same decision again
         for precompile, choices in ((precompile_second, second), (precompile_first, first)):
@@ -414,17 +414,16 @@ def test_gpu_actors_start_in_the_background_at_the_first_triton_compile(cluster:
             name = next(line.split("(")[0][4:] for line in source.splitlines() if line.startswith("def "))
             load = functools.partial(_load_triton_kernel_from_source, name, source)
             router.submit(_worker_compile_triton, load, {}, compat.triton_extra_config(source)).result(timeout=300)
-            time.sleep(1.0)
-            assert not session.pool.started  # default mode: no benchmark will go to the actors
-            started = time.monotonic()
+            # default mode: no benchmark will go to the actors, so their start was not even asked for
+            # (the Router asks on the submitting thread, before it returns)
+            assert session.pool._prestart is None and not session.pool.started
             with inductor_config.patch(max_autotune=True):  # what mode="max-autotune" sets while compiling
                 done = router.submit(_worker_compile_triton, load, {}, compat.triton_extra_config(source))
-            assert time.monotonic() - started < 5  # the actors' start does not hold up the compile job
+            # the actors' start does not hold up the compile job: asked for, not waited for
+            assert session.pool._prestart is not None
             kernel, _ = done.result(timeout=300)
             assert farm.stats.jobs == 1 and kernel is not None  # compiled on the farm (once; then a cache hit)
-            deadline = time.monotonic() + 120
-            while not session.pool.started and time.monotonic() < deadline:
-                time.sleep(0.2)
+            session.pool._prestart.join(timeout=120)
             assert session.pool.started and stats.benchmarks == 0  # up before any benchmark asked for them
             assert sorted(session.pool.groups()) == [A, B] and len(session.pool.groups()[A]) == 2
     finally:

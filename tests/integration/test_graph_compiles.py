@@ -158,13 +158,11 @@ def test_graph_workers_are_warmed_at_enable_before_any_compile(local_ray: None, 
     """A new Ray worker takes seconds to tens of seconds to join its farm session and import
     Inductor; that starts at ``enable()``, while the script builds its model, not at the first
     compile, where the first graph would wait for it."""
-    import time
+    from waiting import wait_until
 
     with raycompile.enabled(graph_compiles="cluster", cache_dir=str(tmp_path / "rc"), shared_cache="none",
                             secret="graph-compiles-test"):
-        deadline = time.monotonic() + 60
-        while raycompile.stats()["graph_workers_warmed"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: raycompile.stats()["graph_workers_warmed"], 120, "a graph worker warmed")
         s = raycompile.stats()
     assert s["graph_workers_warmed"] >= 1, s  # one node of 2 CPUs: 1 graph at once
     assert s["graphs_sent"] == 0 and s["jobs"] == 0, s  # nothing compiled, nothing asked of Inductor

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pathlib
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 import ray
 from gpu_double import FakeGPUTiming
 from raystart import free_port
+from waiting import wait_until
 
 from raycompile.cache import Entry
 from raycompile.cache.store import Miss, TierUnavailable
@@ -101,11 +101,11 @@ def test_calls_on_a_ray_that_went_away_raise_farm_unavailable_and_start_no_new_r
 
     # none of it started a new local Ray (Ray's get/wait/put/kill/.remote() would, unguarded)
     assert not ray.is_initialized()
-    # nor does a farm for an address where nothing answers: it fails fast, with the project's error
-    t0 = time.monotonic()
+    # nor does a farm for an address where nothing answers: it fails with the project's error, from
+    # the connect check (not from Ray's minutes of retries)
     with pytest.raises(FarmUnavailableError, match="nothing answers there"):
         Farm(Settings.resolve(address=f"127.0.0.1:{free_port()}", connect_timeout_s=5), toolchain=compat.TOOLCHAIN)
-    assert time.monotonic() - t0 < 30 and not ray.is_initialized()
+    assert not ray.is_initialized()
 
 
 def test_a_slow_result_consumer_does_not_hold_up_another_jobs_result(local_ray: None, tmp_path: pathlib.Path) -> None:
@@ -138,10 +138,9 @@ def test_a_slow_result_consumer_does_not_hold_up_another_jobs_result(local_ray: 
 
 def test_a_job_in_flight_at_close_fails_as_infrastructure(local_ray: None, tmp_path: pathlib.Path) -> None:
     farm = Farm(Settings.resolve(), toolchain=compat.TOOLCHAIN)
-    future = farm.submit(cpp_job(tmp_path, "hung", "sleep 15"))
-    time.sleep(1.0)
-    t0 = time.monotonic()
+    running = tmp_path / "running"
+    future = farm.submit(cpp_job(tmp_path, "hung", f"touch {running}; sleep 15"))
+    wait_until(running.exists, 120, "the job running on a worker")
     farm.close()
-    result = future.result(timeout=5)  # resolved by close, not by the job
+    result = future.result(timeout=60)  # resolved by close, not by the job (it would end Built)
     assert isinstance(result, Failed) and result.kind == "infrastructure" and "closed" in result.message
-    assert time.monotonic() - t0 < 30

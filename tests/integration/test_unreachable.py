@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from farmrun import compile_fresh, compile_on_farm
@@ -15,19 +13,21 @@ from raycompile.models import examples
 
 def test_unreachable_ray_falls_back_to_local_compiles(caplog: pytest.LogCaptureFixture) -> None:
     model, args = examples()["reduction_tail"]
-    start = time.monotonic()
     out, s = compile_on_farm(model, args, address="127.0.0.1:1")
-    assert time.monotonic() - start < 120  # the pre-flight answers at once; the rest is the compile
     assert s["jobs"] == 0 and s["fallbacks"] > 0
     torch.testing.assert_close(out, model(*args), rtol=1e-5, atol=1e-5)
-    assert "cannot reach Ray at 127.0.0.1:1" in caplog.text
+    # one warning for the session (not one more per compile that falls back), with the reason the
+    # pre-flight gave at once (not a time-out after Ray's retries)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name.startswith("raycompile")]
+    assert len(warnings) == 1, warnings
+    assert "cannot reach Ray at 127.0.0.1:1: nothing answers there" in warnings[0], warnings
+    assert s["ray_unavailable"].startswith("cannot reach Ray at 127.0.0.1:1: nothing answers there"), s
 
 
 def test_unreachable_ray_without_fallback_fails_the_compile_quickly() -> None:
     """fallback=False: the first compile that needs the farm raises FarmUnavailableError (where
     Inductor waits on the kernel), and so does ready(); nothing hangs."""
     model, args = examples()["reduction_tail"]
-    start = time.monotonic()
     raycompile.enable(address="127.0.0.1:1", fallback=False)
     try:
         with pytest.raises(Exception) as info:
@@ -37,9 +37,9 @@ def test_unreachable_ray_without_fallback_fails_the_compile_quickly() -> None:
         with pytest.raises(FarmUnavailableError):
             raycompile.ready()
         assert raycompile.stats()["jobs"] == 0 and raycompile.stats()["fallbacks"] == 0
+        assert "nothing answers there" in str(_caused_by(info.value, FarmUnavailableError))  # at once, no retries
     finally:
         raycompile.disable()
-    assert time.monotonic() - start < 120
 
 
 def _caused_by(error: BaseException | None, kind: type[BaseException]) -> BaseException | None:

@@ -8,7 +8,6 @@ import pathlib
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 import torch
@@ -391,18 +390,24 @@ def test_a_shared_precompile_runs_once_for_two_threads() -> None:
     from raycompile.wrapper.compat.autotune import SharedPrecompile
 
     calls: list[int] = []
+    inside, release = threading.Event(), threading.Event()
 
     def wait_on_futures() -> dict[str, float]:
         calls.append(1)
-        time.sleep(0.2)
+        inside.set()
+        assert release.wait(60)  # the first call stays inside until the second has come
         return {"choice": 0.1}
 
     wait_on_futures.precompile_key = "mm: key"  # type: ignore[attr-defined]
     shared = SharedPrecompile(wait_on_futures)
     results: list[object] = []
-    threads = [threading.Thread(target=lambda: results.append(shared())) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=10)
+    first, second = (threading.Thread(target=lambda: results.append(shared())) for _ in range(2))
+    first.start()
+    assert inside.wait(60)
+    second.start()
+    second.join(timeout=0.5)  # it cannot end while the first call is inside, however long it is given
+    assert second.is_alive() and results == []
+    release.set()
+    for t in (first, second):
+        t.join(timeout=60)
     assert calls == [1] and results == [{"choice": 0.1}] * 2 and shared.precompile_key == "mm: key"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 import redis
@@ -31,11 +30,9 @@ def test_roundtrip_and_corruption_and_refusal(redis_url: str) -> None:
 
 def test_unreachable_redis_is_a_miss_not_a_crash() -> None:
     tier = RedisTier("redis://127.0.0.1:1/0", SECRET)
-    start = time.monotonic()
     assert tier.get("ab" * 32).reason == "unavailable"
     with pytest.raises(TierUnavailable):  # Cache.put counts it in shared_unavailable and goes on
         tier.put(Entry("ab" * 32, {"x": b"1"}))
-    assert time.monotonic() - start < 10
 
 
 def test_a_modules_kernels_are_looked_up_in_one_round_trip(redis_url: str, tmp_path: object) -> None:

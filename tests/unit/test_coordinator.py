@@ -4,11 +4,11 @@ and a driver's client (ClusterDedupe) against it, with time driven by the test."
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import Future
 from typing import Any
 
 import pytest
+from waiting import wait_until
 
 from raycompile.orchestrator import Stats
 from raycompile.orchestrator.coordinator import ClusterDedupe, Coordinator
@@ -145,11 +145,9 @@ class Driver:
         return False
 
 
-def eventually(cond: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
+def eventually(cond: Any, timeout: float = 60.0) -> None:
+    """Until ``cond()``: another thread of the client changes it (a time-out only a hang reaches)."""
+    wait_until(cond, timeout, "the coordinator's client", interval=0.01)
 
 
 def test_two_drivers_one_compile() -> None:

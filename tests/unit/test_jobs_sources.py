@@ -10,7 +10,7 @@ from raycompile.errors import KernelSourceError, UnknownArchError
 from raycompile.kernels import CppJob, CppStep, Failed, Versions, run_job
 from raycompile.wrapper.compat import TOOLCHAIN, parse_arch, retarget, target_of
 from raycompile.wrapper.jobs import triton_job
-from raycompile.wrapper.kernel_sources import find_kernels, read_kernel
+from raycompile.wrapper.kernel_sources import find_kernels, read_kernel, scan
 
 V = Versions(torch="2.13.0", triton="3.9.0")
 
@@ -47,6 +47,29 @@ def test_not_a_kernel(tmp_path: pathlib.Path) -> None:
     assert find_kernels([str(tmp_path)]) == []  # walking a dir skips non-kernels
     with pytest.raises(KernelSourceError, match="no such file"):
         find_kernels([str(tmp_path / "missing.py")])
+
+
+GOLDEN = pathlib.Path(__file__).parents[1] / "fixtures" / "golden"
+
+
+def test_output_modules_are_told_from_kernels(inductor_cache: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    """A real Inductor cache dir: its output modules hold every kernel's source inline (so they look
+    like kernels by their text) but are skipped, by name; only the kernel modules are found."""
+    manifest = json.loads((inductor_cache.parent / "MANIFEST.json").read_text())
+    found = scan([str(inductor_cache)])
+    assert len(found.kernels) == manifest["kernels"] == 7 and not found.others
+    assert len(found.output_modules) == manifest["output_modules"] == 2
+    for module in found.output_modules:  # stock's wait: async_compile.wait(globals())
+        assert "async_compile.wait(globals())" in pathlib.Path(module).read_text()
+        with pytest.raises(KernelSourceError, match="an Inductor output module"):
+            read_kernel(module)
+    assert found.skipped().startswith("skipped 2 Inductor output modules")
+    # raycompile's own output modules (wait_named), named directly: skipped too, never an error
+    ours = tmp_path / "ours.py"
+    kernel = found.kernels[0].source
+    ours.write_text((GOLDEN / "output_module_cuda_pointwise.py.txt").read_text().replace("<kernel source>", kernel))
+    named = scan([str(ours), found.kernels[0].path])
+    assert named.output_modules == [str(ours)] and [k.name for k in named.kernels] == [found.kernels[0].name]
 
 
 @pytest.mark.parametrize("arch,cc", [("sm_90", 90), ("sm80", 80), ("90a", 90), ("SM_86", 86)])

@@ -79,6 +79,20 @@ def _enable_auto_without_cluster(tmp: pathlib.Path, monkeypatch: pytest.MonkeyPa
         raycompile.disable()
 
 
+def _status_without_cluster(tmp: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> object:
+    """`raycompile status`'s error: its advice never offers an embedded Ray, which it never starts."""
+    from raycompile.orchestrator.cluster_status import collect
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # and RAY_TMPDIR (tests/conftest.py) holds no cluster file
+    error = None
+    try:
+        collect(Settings.resolve())
+    except errors.FarmUnavailableError as e:
+        error = e
+    assert error is not None and "embedded" not in str(error), error
+    raise error
+
+
 _NOT_A_KERNEL = _file("wrapper.py", "import torch\nprint(torch.ones(2))\n")
 _BAD_JSON = _file("spec.json", '{"variants": [{"entry": "m:f",}]}')
 _BAD_SHAPE = _file("spec.json", '{"variants": [{"entry": "m:f", "inputs": [{"shape": "8x96"}]}]}')
@@ -105,6 +119,14 @@ CASES = [
                  id="env-not-a-size"),
     pytest.param(Case(errors.SettingsError, _env("RAYCOMPILE_NUM_CPUS", "0"),
                       ("num_cpus", "got 0"), (">= 1", "RAYCOMPILE_NUM_CPUS")), id="env-out-of-range"),
+    pytest.param(Case(errors.SettingsError, lambda tmp, mp: (mp.setenv("RAYCOMPILE_COMPILE_JOBS", "clustr"),
+                                                             Settings.resolve(compile_jobs="cluster")),
+                      ("compile_jobs", "got 'clustr'"), ("RAYCOMPILE_COMPILE_JOBS", "'auto', 'cluster' or 'local'")),
+                 id="env-bad-where-an-argument-overrides-it"),
+    pytest.param(Case(errors.SettingsError, lambda tmp, mp: (mp.setenv("RAYCOMPILE_RETRIES", "many"),
+                                                             Settings.resolve(retries=1)),
+                      ("'many'", "is not a valid int"), ("RAYCOMPILE_RETRIES",)),
+                 id="env-unparsable-where-an-argument-overrides-it"),
     pytest.param(Case(errors.SettingsError, _env("RAYCOMPILE_JOB_TIMEOUT_S", "-1"),
                       ("job_timeout_s", "got -1.0"), ("> 0", "RAYCOMPILE_JOB_TIMEOUT_S")), id="env-negative"),
     pytest.param(Case(errors.SettingsError, lambda tmp, mp: raycompile.enable(shared_cache="s3://bucket/x"),
@@ -136,6 +158,10 @@ CASES = [
     pytest.param(Case(errors.FarmUnavailableError, _enable_auto_without_cluster,
                       ("cannot reach Ray at auto", "no Ray cluster is running on this machine"), _RAY_REMEDY),
                  id="farm-auto-no-cluster"),
+    pytest.param(Case(errors.FarmUnavailableError, _status_without_cluster,
+                      ("cannot reach Ray at auto", "no Ray cluster is running on this machine"),
+                      ("`raycompile status` shows a running cluster", "`ray start --head`", "--address host:6379")),
+                 id="farm-status-no-cluster"),
     pytest.param(Case(errors.FarmUnavailableError, lambda tmp, mp: raycompile.ready(),
                       ("(no session)",), ("call raycompile.enable() first",)), id="farm-ready-without-enable"),
     pytest.param(Case(errors.FarmUnavailableError, lambda tmp, mp: raycompile.autotune(None, [], [], (1,)),

@@ -115,6 +115,19 @@ def is_inductor_kernel(text: str) -> bool:
     return "@triton.jit" in text and "triton_meta=" in text and "@triton_heuristics." in text
 
 
+# An output module (the wrapper Inductor writes per graph) holds its kernels' sources inline, so it
+# passes the test above, but it is no kernel: it has ``call`` (a function, or a Runner's method
+# bound at module level) and the one wait on its kernels, stock's ``async_compile.wait(globals())``
+# or raycompile's ``async_compile.wait_named(...)`` (wrapper/codegen.py). A kernel module has neither.
+_OUTPUT_WAIT = re.compile(r"^[^#'\n]*\basync_compile\.wait(?:_named)?\(", re.MULTILINE)
+_CALL = re.compile(r"^\s*def call\(", re.MULTILINE)
+
+
+def is_output_module(text: str) -> bool:
+    """Whether ``text`` is an Inductor output module (``call()`` and the wait on its kernels)."""
+    return bool(_CALL.search(text) and _OUTPUT_WAIT.search(text))
+
+
 def jit_function_name(text: str) -> str | None:
     """The name of the first ``@triton.jit`` function in a kernel module (None: there is none)."""
     m = _JIT_DEF.search(text)

@@ -1,0 +1,161 @@
+"""Clusters as Ray 2.60 starts them by default: `ray start --head` with token authentication on
+(a token exists), joined as ``ray.init()`` joins them: with no address and with ``auto`` (the
+cluster of Ray's current-cluster file, the token found by Ray's rules), and with ``host:port``
+(Ray uses the token for an explicit address with RAY_AUTH_MODE=token). Jobs run on that cluster,
+nothing falls back, and `raycompile status` answers. A refused token fails at once, with Ray's
+reason and the fix. A cluster started with authentication off is joined too.
+
+Each head has its own token (RAY_AUTH_TOKEN_PATH) and its own Ray temp dir, whose current-cluster
+file names it; drivers and the CLI run as processes with Ray's defaults (RAY_AUTH_MODE unset),
+never reading or writing the user's ~/.ray/auth_token."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+import torch
+from raystart import RayHead, new_token, ray_head
+
+from raycompile.models import examples
+
+HERE = pathlib.Path(__file__).parent
+
+pytestmark = pytest.mark.slow  # `ray start --head` clusters, and compiling driver processes
+
+
+def defaults(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment with Ray's defaults (RAY_AUTH_MODE unset: an earlier embedded
+    Ray in this process sets it) and no RAY_ADDRESS, then ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    return {**env, **extra}
+
+
+class Machine:
+    """A head on this machine and what processes beside it have in their environment: the head's
+    Ray temp dir (so the head is "the cluster on this machine" for them) and the token `ray start`
+    used; the rest is the test's environment when they start."""
+
+    def __init__(self, head: RayHead, env: dict[str, str]) -> None:
+        self.head, self.env = head, env
+
+    def run(self, *args: str, env: dict[str, str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, check=False,
+                              env=defaults({**self.env, **(env or {})}))
+
+    def cli(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return self.run("-m", "raycompile", *args, env=env, timeout=120)
+
+    def status(self, address: str, env: dict[str, str] | None = None) -> dict:
+        proc = self.cli("status", "--json", *(["--address", address] if address else []), env=env)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        return json.loads(proc.stdout)
+
+    def driver(self, address: str, tmp: pathlib.Path, env: dict[str, str] | None = None) -> dict:
+        """tests/integration/cluster_driver.py (fallback=False: a refused join fails it) with an
+        empty cache of its own; its stats and output."""
+        out = tmp / "out.pt"
+        proc = self.run(str(HERE / "cluster_driver.py"), address, "", str(out),
+                        env={"RAYCOMPILE_CACHE_DIR": str(tmp / "local"), **(env or {})}, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return torch.load(out)
+
+
+def machine(tmp: pathlib.Path, auth: str | None) -> Iterator[Machine]:
+    """A head started with Ray's defaults and a token of its own (``auth`` None), or with
+    RAY_AUTH_MODE=``auth``."""
+    ray_tmpdir = tempfile.mkdtemp(prefix="ra", dir="/tmp")  # short: Ray's socket paths have a length limit
+    token = new_token(str(tmp / "token" / "auth_token"))
+    start = {"RAY_AUTH_TOKEN_PATH": token, "RAYCOMPILE_CACHE_DIR": str(tmp / "worker-cache"),
+             **({"RAY_AUTH_MODE": auth} if auth else {})}
+    try:
+        with ray_head(num_cpus=2, env={**defaults({}), **start}, dashboard=False, ray_tmpdir=ray_tmpdir) as head:
+            yield Machine(head, {"RAY_TMPDIR": ray_tmpdir, "RAY_AUTH_TOKEN_PATH": token})
+    finally:
+        shutil.rmtree(ray_tmpdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def authenticated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    yield from machine(tmp_path_factory.mktemp("token-cluster"), None)
+
+
+@pytest.fixture(scope="module")
+def open_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    yield from machine(tmp_path_factory.mktemp("open-cluster"), "disabled")
+
+
+@pytest.mark.parametrize("how", ["no address", "auto", "host:port", "ray://"])
+def test_a_token_cluster_is_joined_as_ray_init_joins_it(authenticated: Machine, how: str,
+                                                         tmp_path: pathlib.Path) -> None:
+    """No address and ``auto`` with Ray's defaults; ``host:port`` and Ray Client (``ray://``) with
+    RAY_AUTH_MODE=token, as Ray asks for an explicit address. `status` answers, and a compile's
+    jobs run on that cluster's node, with nothing falling back (the driver runs with fallback=False)."""
+    m = authenticated
+    address = {"no address": "", "auto": "auto", "host:port": m.head.address, "ray://": m.head.client}[how]
+    env = m.head.driver_env if how in ("host:port", "ray://") else {}
+    status = m.status(address, env)
+    (node,) = status["nodes"]
+    assert node["alive"] and node["cpus"] == 2 and status["address"].endswith(m.head.address.rpartition(":")[2])
+    saved = m.driver(address, tmp_path, env)
+    s = saved["stats"]
+    assert s["jobs"] > 0 and s["fallbacks"] == 0 and s["ray_unavailable"] == "", s
+    assert set(s["nodes"]) == {node["node_id"]}, s["nodes"]  # every job ran on that cluster
+    model, args = examples()["reduction_tail"]
+    torch.testing.assert_close(saved["out"], model(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_precompile_joins_the_token_cluster_with_no_address(authenticated: Machine, tmp_path: pathlib.Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import torch\ntorch.compile(lambda x: (x.sin() * 2).sum(-1))(torch.randn(8, 16))\n")
+    proc = authenticated.cli("precompile", str(script), env={"RAYCOMPILE_CACHE_DIR": str(tmp_path / "local")})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "raycompile summary" in proc.stdout and "jobs 0 " not in proc.stdout, proc.stdout[-2000:]
+    assert "fallbacks 0" in proc.stdout and "Compiling locally" not in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_a_refused_token_fails_at_once_with_rays_reason_and_the_fix(authenticated: Machine) -> None:
+    m = authenticated
+    assert m.head.token_auth  # Ray turned it on: a token exists and RAY_AUTH_MODE is unset
+    # an explicit address without RAY_AUTH_MODE=token: Ray does not send the token there
+    proc = m.cli("status", "--address", m.head.address)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"cannot reach Ray at {m.head.address}: Ray refused this process" in proc.stderr, proc.stderr
+    assert "InvalidAuthToken" in proc.stderr and "set RAY_AUTH_MODE=token" in proc.stderr, proc.stderr
+    # the cluster of this machine, with another token than the head's
+    proc = m.cli("status", env={"RAY_AUTH_TOKEN": "0" * 64})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Authentication token is missing or incorrect" in proc.stderr, proc.stderr
+    assert "Give this process the cluster's token" in proc.stderr and "ray get-auth-token" in proc.stderr
+    # enable() refuses alike (fallback=False), not after Ray's 20 s of retries
+    code = ("import raycompile\n"
+            "raycompile.enable(address='auto', fallback=False)\n"
+            "try:\n"
+            "    raycompile.ready()\n"
+            "except raycompile.FarmUnavailableError as e:\n"
+            "    print('REFUSED', e)\n"
+            "raycompile.disable()\n")
+    proc = m.run("-c", code, env={"RAY_AUTH_TOKEN": "0" * 64})
+    assert proc.returncode == 0 and "REFUSED cannot reach Ray at" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert "Authentication token is missing or incorrect" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("how", ["no address", "host:port"])
+def test_a_cluster_without_token_authentication_is_joined_too(open_cluster: Machine, how: str,
+                                                               tmp_path: pathlib.Path) -> None:
+    """Started with RAY_AUTH_MODE=disabled; drivers with Ray's defaults (a token exists: with no
+    address Ray turns token mode on in the driver, which such a cluster accepts)."""
+    m = open_cluster
+    assert not m.head.token_auth and m.head.driver_env == {}
+    address = m.head.address if how == "host:port" else ""
+    (node,) = m.status(address)["nodes"]
+    s = m.driver(address, tmp_path)["stats"]
+    assert s["jobs"] > 0 and s["fallbacks"] == 0 and set(s["nodes"]) == {node["node_id"]}, s
