@@ -63,9 +63,9 @@ class Settings:
     metrics: bool = True
     # Dynamo precompile entries in the tiers (wrapper/frames.py): torch.compile(model) on a warm node
     # loads the compiled frames (guards, bytecode, AOTAutograd forward and backward, output modules)
-    # and skips Dynamo tracing, AOTAutograd and lowering. Off by default: torch drops its ID and
-    # closure guards in this mode (raycompile's key stands in for them), and compiles the backward
-    # with the forward. None: on where torch's own TORCH_CACHING_PRECOMPILE=1 asks for the mode.
+    # and skips Dynamo tracing, AOTAutograd and lowering. On by default: every guard is kept, the
+    # identity guards re-created against the loading process's objects (wrapper/compat/guards.py),
+    # so a compiled function notices what a stock-compiled one notices. None: on.
     dynamo_cache: bool | None = None
     # where a graph's whole Inductor compile (lowering, codegen, kernel builds, max-autotune's
     # timings) runs: "local" in this process, as stock; "cluster" as a Ray task on a node of the
@@ -81,26 +81,31 @@ class Settings:
     def resolve(cls, **overrides: Any) -> Settings:
         """Build settings from keyword arguments, then RAYCOMPILE_* variables, then defaults.
 
-        Raises SettingsError for an unknown argument or a value of the wrong type.
+        Raises SettingsError for an unknown argument, or a value of the wrong type or out of its
+        range: an argument's, and every variable's, also where an argument overrides it (a typo in
+        the environment is an error, not ignored by the one command that overrides it).
         """
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = set(overrides) - set(fields)
         if unknown:
             raise SettingsError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(fields)}")
+        environment: dict[str, Any] = {}
+        for name, f in fields.items():
+            env = os.environ.get(f"RAYCOMPILE_{name.upper()}")
+            if env is None and name == "address":
+                env = os.environ.get("RAY_ADDRESS")
+            if env is not None and env != "":
+                environment[name] = _parse(name, env, f.type)
+        cls(**environment)._validate()
         values: dict[str, Any] = {}
         scoped = _SCOPE.get() or {}
         for name, f in fields.items():
             if overrides.get(name) is not None:
                 values[name] = _check(name, overrides[name], f.type)
-                continue
-            if scoped.get(name) is not None:
+            elif scoped.get(name) is not None:
                 values[name] = _check(name, scoped[name], f.type)
-                continue
-            env = os.environ.get(f"RAYCOMPILE_{name.upper()}")
-            if env is None and name == "address":
-                env = os.environ.get("RAY_ADDRESS")
-            if env is not None and env != "":
-                values[name] = _parse(name, env, f.type)
+            elif name in environment:
+                values[name] = environment[name]
         settings = cls(**values)
         settings._validate()
         return settings
@@ -143,10 +148,8 @@ class Settings:
 
     @property
     def dynamo_cache_on(self) -> bool:
-        """Whether Dynamo precompile entries are used (the setting, else TORCH_CACHING_PRECOMPILE)."""
-        if self.dynamo_cache is not None:
-            return self.dynamo_cache
-        return os.environ.get("TORCH_CACHING_PRECOMPILE", "0") in ("1", "true", "True")
+        """Whether compiled frames are shared (the setting; on unless set off)."""
+        return self.dynamo_cache is not False
 
     @property
     def secret_bytes(self) -> bytes | None:

@@ -38,7 +38,6 @@ import inspect
 import logging
 import sys
 import threading
-import types
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +52,8 @@ from . import compat
 
 log = logging.getLogger("raycompile.frames")
 
+# the backends whose compiled frames are saved: Inductor's output, which loads without the backend
+SAVED_BACKENDS = frozenset({"inductor", "raycompile"})
 # an entry is written once no frame was traced for this long and none is being compiled
 PUBLISH_DELAY_S = 5.0
 BLOB = "entry"
@@ -147,11 +148,24 @@ class FrameCache:
 
     # -- what Dynamo's cache calls -------------------------------------------------------------
 
+    def saves(self, options: dict[str, Any]) -> bool:
+        """Whether frames compiled with these options are saved and loaded (Inductor's only)."""
+        return options.get("backend") in SAVED_BACKENDS
+
     def load(self, fn: Callable[..., Any], options: dict[str, Any] | None) -> Any | None:
         """The newest entry of ``fn`` compiled with ``options`` that loads here, else None."""
         if options is None:
             self.stats.add(dynamo_unkeyed=1)
             return None
+        if not self.saves(options):
+            # another backend's own compile step (and whatever it does beside) must run in every
+            # process, as it does without raycompile: never loaded, never written
+            self.stats.add(dynamo_unkeyed=1)
+            self.stats.unsaveable(f"compiled with backend {options.get('backend')!r}, not Inductor")
+            return None
+        # the session's Inductor hooks first, so that every key is made under the configs they set
+        # (the remote AOTAutograd cache): whether an earlier compile of this process loaded or not
+        self.before_load()
         try:
             sid = compat.source_id(fn)
             label = _label(fn)
@@ -171,7 +185,6 @@ class FrameCache:
             if not isinstance(got, Entry):  # refused or corrupt: counted by the cache, never unpickled
                 continue
             try:
-                self.before_load()
                 entry = compat.precompile.loads(zlib.decompress(got.blobs[BLOB]))
                 frames = compat.precompile.frames_in(entry)
             except Exception as e:  # noqa: BLE001 - any reason it does not install here: an older one, else trace
@@ -201,6 +214,12 @@ class FrameCache:
         self.stats.unsaveable(why)
         log.debug("raycompile: a compiled frame of %s is not saved (%s); other processes trace it",
                   getattr(self._known.get(sid), "label", sid or "?"), why)
+
+    def unbuilt(self, why: str) -> None:
+        """A loaded frame's guards did not build in this process: it is installed so that no call
+        passes them, and traced as stock would (counted ``dynamo_invalid``)."""
+        self.stats.add(dynamo_invalid=1)
+        log.warning("raycompile: a loaded compiled frame is traced again: %s", why)
 
     def write(self, entry: Any, sid: str) -> None:
         """Write ``entry`` (what Dynamo's ``save_to_dynamo_cache`` made for ``sid``) as the next
@@ -292,7 +311,6 @@ class FrameCache:
             "function": {"module": getattr(inner, "__module__", None), "qualname": getattr(inner, "__qualname__", None),
                          "line": getattr(code, "co_firstlineno", None),
                          "module_source": hashlib.sha256(module_source.encode()).hexdigest()},
-            "model": _model_of(fn, inner),
             "options": options,
             "config": compat.dynamo.global_config(),
             "system": compat.dynamo.system(),
@@ -308,82 +326,3 @@ def _absent(got: Any) -> bool:
 def _label(fn: Callable[..., Any]) -> str:
     inner = compat.compiled_function(fn)
     return f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', repr(inner))}"
-
-
-def _model_of(fn: Callable[..., Any], inner: Callable[..., Any]) -> dict[str, Any]:
-    """The objects a compiled function's graph depends on by identity: the module it is a method of,
-    what its closure holds, the globals its code names that are modules or functions, its defaults."""
-    out: dict[str, Any] = {}
-    owner = getattr(fn, "__self__", None)
-    if owner is None:
-        owner = getattr(inner, "__self__", None)
-    if owner is not None:
-        out["self"] = _describe(owner, _DESCRIBE_DEPTH)
-    code = getattr(inner, "__code__", None)
-    cells = getattr(inner, "__closure__", None) or ()
-    if code is not None:
-        out["closure"] = {name: _cell(cell) for name, cell in zip(code.co_freevars, cells)}
-        scope = getattr(inner, "__globals__", {})
-        out["globals"] = {name: _describe(scope[name], _DESCRIBE_DEPTH) for name in sorted(set(_names(code)))
-                          if name in scope and isinstance(scope[name], (torch.nn.Module, types.FunctionType))}
-    defaults = getattr(inner, "__defaults__", None)
-    if defaults:
-        out["defaults"] = [_describe(v, _DESCRIBE_DEPTH) for v in defaults]
-    return out
-
-
-def _names(code: types.CodeType) -> list[str]:
-    names = list(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names.extend(_names(const))
-    return names
-
-
-def _cell(cell: Any) -> Any:
-    try:
-        return _describe(cell.cell_contents, _DESCRIBE_DEPTH)
-    except ValueError:  # an empty cell
-        return None
-
-
-def _describe(value: Any, depth: int) -> Any:
-    """A value, for the key: its identity where the graph may depend on it, never its address."""
-    if isinstance(value, torch.nn.Module):
-        return _module_tree(value)
-    if isinstance(value, torch.Tensor):
-        return ["tensor", list(value.shape), str(value.dtype), str(value.device), value.requires_grad]
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return repr(value)
-    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)):
-        code = getattr(value, "__code__", None)
-        body = hashlib.sha256(code.co_code).hexdigest()[:16] if code is not None else ""
-        return ["fn", getattr(value, "__module__", None), getattr(value, "__qualname__", repr(value)), body]
-    if isinstance(value, (list, tuple, set, frozenset)):
-        items = list(value) if not isinstance(value, (set, frozenset)) else sorted(value, key=repr)
-        if depth <= 0 or len(items) > _DESCRIBE_ITEMS:
-            return [type(value).__name__, len(items)]
-        return [type(value).__name__] + [_describe(v, depth - 1) for v in items]
-    if isinstance(value, dict):
-        if depth <= 0 or len(value) > _DESCRIBE_ITEMS:
-            return ["dict", len(value)]
-        return {str(k): _describe(v, depth - 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
-    kind = f"{type(value).__module__}.{type(value).__qualname__}"
-    attrs = getattr(value, "__dict__", None)
-    if depth <= 0 or not isinstance(attrs, dict):
-        return kind
-    return [kind, _describe({k: v for k, v in attrs.items() if not k.startswith("__")}, depth - 1)]
-
-
-def _module_tree(module: torch.nn.Module) -> str:
-    """A model's structure, as a hash: each submodule's type and non-tensor attributes, and the
-    shape, dtype, device and requires_grad of its parameters and buffers (not their values)."""
-    rows = []
-    for name, sub in module.named_modules(remove_duplicate=False):
-        attrs = {k: _describe(v, _DESCRIBE_DEPTH - 1) for k, v in sorted(vars(sub).items())
-                 if not k.startswith("_") and k != "training"}
-        tensors = {f"{kind}:{k}": [list(t.shape), str(t.dtype), str(t.device), t.requires_grad]
-                   for kind, group in (("p", sub._parameters), ("b", sub._buffers))
-                   for k, t in group.items() if t is not None}
-        rows.append([name, f"{type(sub).__module__}.{type(sub).__qualname__}", attrs, tensors])
-    return hashlib.sha256(repr(rows).encode()).hexdigest()

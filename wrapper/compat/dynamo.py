@@ -22,6 +22,7 @@ import logging
 import re
 import sys
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -70,11 +71,15 @@ class FrameStore(Protocol):
 
     def load(self, fn: Callable[..., Any], options: dict[str, Any] | None) -> Any | None: ...
 
+    def saves(self, options: dict[str, Any]) -> bool: ...
+
     def traced(self, source_id: str) -> None: ...
 
     def unsaveable(self, source_id: str, why: str) -> None: ...
 
     def write(self, entry: Any, source_id: str) -> None: ...
+
+    def unbuilt(self, why: str) -> None: ...
 
 
 @contextlib.contextmanager
@@ -104,13 +109,23 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
     cache = package.DynamoCache
     stock_class = type(cache)
 
+    # the packages of torch.compile calls whose frames are saved; torch records every package under
+    # its function's id alone, so another compile of the same function (another backend, say) would
+    # otherwise replace the saved one's package with its own
+    saved_packages: weakref.WeakSet[Any] = weakref.WeakSet()
+
     class FarmDynamoCache(stock_class):  # type: ignore[misc, valid-type]
         def load(self, fn: Callable[..., Any]) -> Any | None:
-            return store.load(fn, _caller_options())
+            ctx = _caller_context()
+            options = _options(ctx) if ctx is not None else None
+            if options is not None and store.saves(options) and getattr(ctx, "_package", None) is not None:
+                saved_packages.add(ctx._package)
+            return store.load(fn, options)
 
         def record_package(self, pkg: Any) -> None:
-            super().record_package(pkg)
-            store.traced(pkg.source_id)
+            if pkg in saved_packages:
+                super().record_package(pkg)
+                store.traced(pkg.source_id)
 
         def write(self, entry: Any, path: str) -> None:
             store.write(entry, path)
@@ -139,18 +154,35 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
         with stock_code_context(self, code):
             yield
 
-    # A guard torch cannot serialize makes the whole compile fail: a CLASS_MATCH guard (PackageError:
-    # torch bypasses the frame's entry, then asserts that the guards were serialized; 2.11, 2.13),
-    # an object of a class defined in a function (TypeError). Here the frame is bypassed (compiled
-    # as usual, never saved; a warm process traces it).
+    # Guards are kept whole (``guards.py``): the compiling process builds every guard, as stock does
+    # without the cache (torch's caching_precompile filter would drop the identity guards here too),
+    # and the entry holds them all, re-created against the loading process's objects.
     from torch._dynamo.guards import CheckFunctionManager
 
+    from . import guards
+
+    stock_init = CheckFunctionManager.__dict__["__init__"]
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        with dconfig.patch(caching_precompile=False):  # its only reader here is that filter
+            stock_init(self, *args, **kwargs)
+
+    # A guard torch cannot serialize makes the whole compile fail: a CLASS_MATCH guard on a class
+    # defined in a function (PackageError: torch bypasses the frame's entry, then asserts that the
+    # guards were serialized; 2.11, 2.13), an object of such a class (TypeError). An identity guard
+    # on an object that another process would get a copy of (an instance) could never hold there.
+    # Such a frame is bypassed: compiled as usual, never saved; a warm process traces it.
     stock_serialize = CheckFunctionManager.__dict__["serialize_guards"]
 
-    def serialize_guards(self: Any, *args: Any, **kwargs: Any) -> bytes:
+    def serialize_guards(self: Any, builder: Any, sorted_guards: Any, output_graph: Any) -> bytes:
         try:
-            return stock_serialize(self, *args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - any reason the guards do not pickle: the frame is not saved
+            local = guards.local_identities(builder, sorted_guards)
+            if local:
+                raise PackageError(f"its guards name objects another process only has copies of: "
+                                   f"{'; '.join(local[:3])}{' ...' if len(local) > 3 else ''}")
+            guards.keep_builtins(self, sorted_guards, output_graph)
+            return stock_serialize(self, builder, sorted_guards, output_graph)
+        except Exception as e:  # noqa: BLE001 - any reason the guards do not travel: the frame is not saved
             if dconfig.strict_precompile:
                 raise
             self.output_graph.bypass_package(f"Guard evaluation failed: {type(e).__name__}: {e}")
@@ -158,29 +190,12 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
             # ignores these guards (CompilePackage.add_guarded_code)
             return b""
 
-    # torch drops the ID_MATCH-like guards it cannot save (ID_MATCH, CLOSURE_MATCH, DICT_VERSION), but
-    # not their kin CLASS_MATCH, MODULE_MATCH, FUNCTION_MATCH and NN_MODULE, which it cannot save
-    # either: a frame with one (Mixtral's, GPT-2's on 2.11) is then never saved. raycompile's key
-    # (module sources, the model's classes and functions) stands in for them as for the others.
-    stock_init = CheckFunctionManager.__dict__["__init__"]
-    init_signature = inspect.signature(stock_init)
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        bound = init_signature.bind(self, *args, **kwargs)
-        theirs = bound.arguments.get("guard_filter_fn")
-
-        def keep(entries: Any) -> list[bool]:
-            kept = theirs(entries) if theirs is not None else [True] * len(entries)
-            return [k and not ({e.guard_type, *(e.derived_guard_types or ())} & _ALSO_DROPPED)
-                    for k, e in zip(kept, entries)]
-
-        bound.arguments["guard_filter_fn"] = keep
-        stock_init(*bound.args, **bound.kwargs)
-
     saved = (dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering)
     reducers = _init_field_reducers()
     quiet = _DroppedGuardNotes(lambda why: store.unsaveable("", why))
     noted = [logging.getLogger(name) for name in _NOTED_LOGGERS]
+    identities = guards.identities_saved(store.unbuilt)
+    identities.__enter__()
     cache.__class__ = FarmDynamoCache
     compile_package.code_context = code_context
     CheckFunctionManager.serialize_guards = serialize_guards
@@ -210,6 +225,7 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
         for source_class, (stock_reduce, _) in reducers.items():
             source_class.__reduce__ = stock_reduce
         dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering = saved
+        identities.__exit__(None, None, None)
 
 
 def _init_field_reducers() -> dict[type, tuple[Any, Any]]:
@@ -252,7 +268,6 @@ def _reduces_every_field(stock: Any) -> bool:
     return code is not None and "init" not in _code_names(code)
 
 
-_ALSO_DROPPED = frozenset({"CLASS_MATCH", "MODULE_MATCH", "FUNCTION_MATCH", "NN_MODULE"})
 _NOTES = ("is dropped with caching_precompile", "Detected a package bypass")
 _NOTED_LOGGERS = ("torch._dynamo.guards", "torch._dynamo.output_graph")
 
@@ -302,10 +317,8 @@ class _DroppedGuardNotes(logging.Filter):
         return False
 
 
-def _caller_options() -> dict[str, Any] | None:
-    """The compile options of the ``torch.compile`` context that is loading (its caller's ``self``):
-    the backend, its compiler config (Inductor's config with mode and options applied), dynamic,
-    fullgraph. None when the caller is not such a context."""
+def _caller_context() -> Any | None:
+    """The ``torch.compile`` context that is loading (its caller's ``self``), or None."""
     from torch._dynamo.eval_frame import _TorchDynamoContext
 
     frame = sys._getframe(2)  # FarmDynamoCache.load <- _TorchDynamoContext.__call__
@@ -314,12 +327,18 @@ def _caller_options() -> dict[str, Any] | None:
             return None
         ctx = frame.f_locals.get("self")
         if isinstance(ctx, _TorchDynamoContext):
-            return {"backend": _backend_name(getattr(ctx, "callback", None)),
-                    "compiler_config": _portable(getattr(ctx, "compiler_config", None)),
-                    "dynamic": repr(getattr(ctx, "_dynamic", None)),
-                    "fullgraph": repr(getattr(ctx, "fullgraph", None))}
+            return ctx
         frame = frame.f_back
     return None
+
+
+def _options(ctx: Any) -> dict[str, Any]:
+    """A ``torch.compile`` context's compile options: the backend, its compiler config (Inductor's
+    config with mode and options applied), dynamic, fullgraph."""
+    return {"backend": _backend_name(getattr(ctx, "callback", None)),
+            "compiler_config": _portable(getattr(ctx, "compiler_config", None)),
+            "dynamic": repr(getattr(ctx, "_dynamic", None)),
+            "fullgraph": repr(getattr(ctx, "fullgraph", None))}
 
 
 def _backend_name(callback: Any) -> str:

@@ -1,0 +1,1 @@
+"""Modules for the guard scenarios of tests/integration/guards_driver.py."""

@@ -1,0 +1,84 @@
+"""Compiled frames notice what stock notices (issue 31): the guard scenarios of ``guards_driver.py``
+(a rebound global function, class or module, a rebound global before the first call, a type passed
+in, a replaced ``__call__``, closure cell or closed-over module's submodule, a module's attribute
+and submodule, another shape and dtype, and a user's own backend) run in new processes, each with
+empty Inductor and raycompile caches of its own, against one ``file://`` shared tier:
+
+- stock Inductor, every step: the outputs and the graphs traced at each step (torch's counter);
+- raycompile compiling (defaults: compiled frames on): bitwise stock's outputs, and a trace at
+  exactly the steps where stock traces;
+- raycompile loading what that process wrote: stock's outputs, nothing traced at any step, except
+  the user backend's frame, which is never loaded (its compile step ran: its side effect counted)
+  and the global rebound before the call (the loading process's global is another function);
+- raycompile loading what a process wrote that ran only each scenario's first step: it traces at
+  exactly the later steps where stock traces, so a change it meets after the load is noticed.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow  # five compiling subprocesses
+
+DRIVER = pathlib.Path(__file__).with_name("guards_driver.py")
+
+
+def run(where: pathlib.Path, mode: str, part: str, shared: str = "") -> dict[str, Any]:
+    out = where / "out.pt"
+    where.mkdir(parents=True)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"),
+           "TRITON_CACHE_DIR": str(where / "triton")}
+    for name in ("RAY_ADDRESS", "RAYCOMPILE_DYNAMO_CACHE", "RAYCOMPILE_SHARED_CACHE"):
+        env.pop(name, None)
+    args = [mode, part, str(out)] + ([shared, str(where / "raycompile")] if mode == "farm" else [])
+    proc = subprocess.run([sys.executable, str(DRIVER), *args], env=env, capture_output=True, text=True, timeout=900,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return torch.load(out, weights_only=False)
+
+
+def steps(result: dict[str, Any]) -> dict[tuple[str, str], tuple[torch.Tensor, int]]:
+    return {(name, label): (value, traced) for name, rows in result["results"].items()
+            for label, value, traced in rows}
+
+
+def test_compiled_frames_notice_what_stock_notices(tmp_path: pathlib.Path) -> None:
+    stock = steps(run(tmp_path / "stock", "stock", "full"))
+    # stock traces at the first call and after each change (shape and dtype: a recompile each)
+    assert all(traced == 1 for (name, label), (_, traced) in stock.items() if label != "its calls"), stock
+
+    full = f"file://{tmp_path / 'shared-full'}"
+    compiling = run(tmp_path / "compiling", "farm", "full", full)
+    loading = run(tmp_path / "loading", "farm", "full", full)
+    first = f"file://{tmp_path / 'shared-first'}"
+    run(tmp_path / "first", "farm", "first", first)
+    later = run(tmp_path / "later", "farm", "full", first)
+
+    for name, result in (("compiling", compiling), ("loading", loading), ("loading, then changed", later)):
+        got = steps(result)
+        assert got.keys() == stock.keys(), name
+        for step, (value, traced) in got.items():
+            want, stock_traced = stock[step]
+            assert value.dtype == want.dtype and torch.equal(value, want), (name, step, value, want)
+            if name == "compiling" or step[0] == "user backend":  # a user's backend: never loaded
+                expect = stock_traced
+            elif name == "loading":
+                expect = 0
+            elif step[0] == "global rebound before the call":  # the entry's global is another function
+                expect = stock_traced
+            else:  # the entry holds each scenario's first step only
+                expect = 0 if step[1] in ("first", "bool") else stock_traced
+            assert traced == expect, (name, step, traced, expect)
+
+    s = compiling["stats"]
+    assert s["dynamo_published"] >= 1 and s["dynamo_invalid"] == 0, s
+    assert any("not Inductor" in why for why in s["dynamo_unsaveable_reasons"]), s  # the user backend, counted
+    w = loading["stats"]
+    assert w["dynamo_hits"] >= 9 and w["dynamo_invalid"] == 0 and w["fallbacks"] == 0, w

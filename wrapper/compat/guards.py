@@ -1,0 +1,416 @@
+"""Seam family "guards": a compiled frame's guards, kept whole in the process that compiles and
+re-created against the loading process's own objects in every process that loads the entry.
+
+Stock ``caching_precompile`` drops every guard on an object's identity (ID_MATCH, CLASS_MATCH,
+MODULE_MATCH, FUNCTION_MATCH, CLOSURE_MATCH, NN_MODULE, DICT_VERSION), in the process that
+compiles too: a rebound global function, a type passed as an argument, a replaced ``__call__`` or
+closure cell is then never noticed (torch's own docs warn of it, guards.py). Here none is dropped:
+
+- the compiling process builds its guards exactly as stock does without the cache;
+- the entry holds every guard. torch rebuilds them at load against the scopes it pickled, and an
+  object that pickles by reference (a module, a class, a function, an enum member, a code object)
+  is then the loading process's own: each function and code object is pickled with a fingerprint of
+  its code and resolved by name, so an identity guard binds to the object of the same name only if
+  it is the same code (``_function``, ``_code``); a rebound or edited one binds to a sentinel that no
+  runtime value is, and the frame is traced, as stock traces it in a new process;
+- an object that pickles by value (an instance) is a copy in the loading process: its identity
+  guard never holds there, so the frame would be loaded and then traced every time. Such a frame is
+  not saved (``local_identities`` names them; ``wrapper/frames.py`` counts it with its reason);
+- everything the rebuilt guards name is kept alive with the guard manager, so no identity guard can
+  match an object that came later at a freed address.
+
+WEAKREF_ALIVE stays unsupported (a frame with one is not saved, as in stock). Checked on torch
+2.13.0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import enum
+import hashlib
+import importlib
+import inspect
+import logging
+import re
+import sys
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ._base import Seams
+
+CHECKED_ON = ("2.13.0",)
+
+log = logging.getLogger("raycompile.frames")
+
+SEAMS: Seams = {
+    "guards.GuardsStatePickler": ("torch._dynamo.guards", "GuardsStatePickler"),
+    "guards.GuardsStatePickler.reducer_override": ("torch._dynamo.guards", "GuardsStatePickler.reducer_override"),
+    "guards.CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES": (
+        "torch._dynamo.guards", "CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES"),
+    "guards.GuardBuilder.get": ("torch._dynamo.guards", "GuardBuilder.get"),
+    "package.load_guard_manager": ("torch._dynamo.package", "load_guard_manager"),
+    "package.SerializedCode": ("torch._dynamo.package", "SerializedCode"),
+    "guards.pickle_guards_state": ("torch._dynamo.guards", "pickle_guards_state"),
+    "guards.GuardBuilder.src_get_value_cache": ("torch._dynamo.guards", "GuardBuilder.__init__"),
+}
+
+# guards on an object's identity: torch will not save them; here they travel (see above)
+IDENTITY = frozenset({"ID_MATCH", "CLASS_MATCH", "MODULE_MATCH", "FUNCTION_MATCH", "CLOSURE_MATCH", "NN_MODULE",
+                      "DICT_VERSION"})
+STILL_UNSUPPORTED = ("WEAKREF_ALIVE",)
+
+
+class _Stale:
+    """What a function or code object of an entry resolves to where the loading process's object
+    of that name is another one (rebound, edited): no runtime value is ever this object."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"<raycompile: {self.what} differs in this process>"
+
+
+STALE = _Stale("a function")  # module level: alive for good, so its address is never reused
+
+
+# -- fingerprints ------------------------------------------------------------------------------------
+
+
+def code_fingerprint(code: types.CodeType) -> str:
+    """A code object's content (bytecode, constants, names, signature), the same in every process
+    for the same source: not its address, file name or line numbers."""
+    h = hashlib.sha256()
+    _feed(h, code)
+    return h.hexdigest()[:32]
+
+
+def _feed(h: Any, code: types.CodeType) -> None:
+    h.update(code.co_code)
+    for part in (code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars):
+        h.update(repr(part).encode())
+    h.update(repr((code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags,
+                   getattr(code, "co_qualname", code.co_name))).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _feed(h, const)
+        else:
+            h.update(_const_text(const).encode())
+
+
+def _const_text(value: Any) -> str:
+    if isinstance(value, frozenset):  # its order follows the hash seed
+        return "frozenset(" + ",".join(sorted(_const_text(v) for v in value)) + ")"
+    if isinstance(value, tuple):
+        return "(" + ",".join(_const_text(v) for v in value) + ")"
+    return f"{type(value).__name__}:{value!r}"
+
+
+# -- what the pickled scopes resolve to in the loading process ----------------------------------------
+
+
+def _function(module: str, qualname: str, fingerprint: str) -> Any:
+    """The loading process's function ``module.qualname`` if its code is the one compiled, else STALE."""
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:  # noqa: BLE001 - gone here: nothing at runtime is the compiled one
+        return STALE
+    code = getattr(obj, "__code__", None)
+    if isinstance(obj, types.FunctionType) and code is not None and code_fingerprint(code) == fingerprint:
+        return obj
+    return STALE
+
+
+_SLOT_DESCRIPTORS = (types.WrapperDescriptorType, types.MethodDescriptorType, types.MemberDescriptorType,
+                     types.GetSetDescriptorType, types.ClassMethodDescriptorType)
+
+
+def _class_attr(cls: type, name: str) -> Any:
+    """A slot descriptor (``object.__init__``, ``dict.__getitem__``), the class's own."""
+    return vars(cls)[name]
+
+
+def _function_at(module: str, qualname: str, firstlineno: int, fingerprint: str, code: types.CodeType,
+                 defaults: Any, closure: Any) -> Any:
+    """A function with no name of its own to be found by (a decorator's wrapped function, a closure):
+    the loading process's one at that place (through wrappers and closures) if its code is the one
+    compiled; else one made from the entry's code, as torch makes nested functions (its identity
+    guards fail here, its other guards hold)."""
+    found = _find(module, qualname, firstlineno)[0]
+    if found is not None and code_fingerprint(found.__code__) == fingerprint:
+        return found
+    f_globals = importlib.import_module(module).__dict__
+    return types.FunctionType(code, f_globals, qualname.rsplit(".", 1)[-1], defaults, closure)
+
+
+def _code(module: str, qualname: str, firstlineno: int, fingerprint: str, serialized: Any) -> Any:
+    """The loading process's own code object of that name (the one its functions run, so an
+    identity guard on ``fn.__code__`` holds), if it is the code compiled; else the pickled code,
+    rebuilt (a new object no function runs: such a guard fails and the frame is traced)."""
+    found = _find(module, qualname, firstlineno)[1]
+    if found is not None and code_fingerprint(found) == fingerprint:
+        return found
+    from torch._dynamo.package import SerializedCode
+
+    return SerializedCode.to_code_object(serialized)
+
+
+def _find(module: str, qualname: str, firstlineno: int) -> tuple[types.FunctionType | None, types.CodeType | None]:
+    """Walk ``qualname`` from ``module`` (decorators' wrappers, ``<locals>``, closures, properties,
+    static and class methods) to (the function whose code has that qualified name and first line,
+    if one is reachable; that code object)."""
+    try:
+        obj: Any = importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - a module that does not import here
+        return None, None
+    for part in qualname.split("."):
+        if part == "<locals>":
+            break
+        nxt = inspect.getattr_static(obj, part, None)
+        if nxt is None:
+            break
+        obj = nxt
+    pending, seen, code = [obj], set(), None
+    while pending and len(seen) < 64:
+        obj = pending.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (staticmethod, classmethod)):
+            pending.append(obj.__func__)
+        elif isinstance(obj, property):
+            pending.extend(f for f in (obj.fget, obj.fset, obj.fdel) if f is not None)
+        elif isinstance(obj, types.FunctionType):
+            if _code_in(obj.__code__, qualname, firstlineno) is obj.__code__:
+                return obj, obj.__code__
+            code = code or _code_in(obj.__code__, qualname, firstlineno)
+            pending.extend(c.cell_contents for c in (obj.__closure__ or ()) if _filled(c))
+            wrapped = getattr(obj, "__wrapped__", None)
+            if wrapped is not None:
+                pending.append(wrapped)
+        elif isinstance(obj, type):
+            pending.extend(vars(obj).values())
+    return None, code
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+def _code_in(code: types.CodeType, qualname: str, firstlineno: int) -> types.CodeType | None:
+    if getattr(code, "co_qualname", None) == qualname and code.co_firstlineno == firstlineno:
+        return code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found = _code_in(const, qualname, firstlineno)
+            if found is not None:
+                return found
+    return None
+
+
+def _module_of(code: types.CodeType) -> str | None:
+    frozen = re.fullmatch(r"<frozen (.+)>", code.co_filename)  # _collections_abc and the like
+    if frozen is not None:
+        return frozen.group(1) if frozen.group(1) in sys.modules else None
+    module = inspect.getmodule(code)
+    return module.__name__ if module is not None else None
+
+
+# -- the seam -------------------------------------------------------------------------------------------
+
+
+def by_reference(value: Any) -> bool:
+    """Whether ``value`` is the loading process's own object after the entry's scopes unpickle (an
+    identity guard on it is re-created there), not a copy."""
+    if isinstance(value, (types.ModuleType, type, types.BuiltinFunctionType, enum.Enum)):
+        return True
+    if isinstance(value, types.CodeType):  # found again by its qualified name (not code made by exec)
+        return _code_resolves(value)
+    if value is None or value is Ellipsis or value is NotImplemented or isinstance(value, bool):
+        return True  # singletons (another int or str unpickles as another object)
+    if isinstance(value, types.FunctionType):
+        return "<locals>" not in value.__qualname__ and _resolves(value)
+    if isinstance(value, types.MethodType):  # a class's or a module's bound method
+        return isinstance(value.__self__, (type, types.ModuleType)) and by_reference(value.__func__)
+    import torch
+
+    return isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
+
+
+def _resolves(fn: types.FunctionType) -> bool:
+    obj: Any = importlib.import_module(fn.__module__) if fn.__module__ else None
+    try:
+        for part in fn.__qualname__.split("."):
+            obj = getattr(obj, part)
+    except AttributeError:
+        return False
+    return obj is fn
+
+
+_RESOLVED: dict[types.CodeType, bool] = {}  # code objects live as long as their functions: few, cached
+
+
+def _code_resolves(code: types.CodeType) -> bool:
+    if code not in _RESOLVED:
+        module, qualname = _module_of(code), getattr(code, "co_qualname", None)
+        _RESOLVED[code] = bool(module and qualname) and _find(module, qualname, code.co_firstlineno)[1] is code
+    return _RESOLVED[code]
+
+
+def local_identities(builder: Any, guards: Any) -> list[str]:
+    """The identity guards among ``guards`` whose object would be a copy in another process, as
+    "GUARD on SOURCE (TYPE)": a frame with one is traced in every process that loads it."""
+    out = []
+    for guard in guards:
+        kinds = {guard.create_fn_name(), *(guard.guard_types or ())}
+        if not kinds & IDENTITY:
+            continue
+        try:
+            value = builder.get(guard)
+        except Exception:  # noqa: BLE001 - a value torch cannot read back: not portable
+            out.append(f"{guard.create_fn_name()} on {guard.name}")
+            continue
+        if "CLOSURE_MATCH" in kinds and type(value) is types.FunctionType:
+            value = value.__code__  # a function's closure guard is an identity guard on its code
+        if "DICT_VERSION" in kinds or not by_reference(value):
+            out.append(f"{guard.create_fn_name()} on {guard.name} ({type(value).__qualname__})")
+    return out
+
+
+_BUILTIN_ITEM = re.compile(r"^G\['([^']+)'\]\['([^']+)'\]$")
+
+
+def keep_builtins(manager: Any, guards: Any, output_graph: Any) -> None:
+    """torch saves the items of a frame's builtins dict that its BUILTIN_MATCH guards read; the
+    identity guards on its items (``G['__builtins_dict___9']['all']``, once dropped) read theirs
+    too: keep those, or the guards do not build where the entry loads."""
+    name = getattr(output_graph, "name_of_builtins_dict_key_in_fglobals", None)
+    if not name:
+        return
+    for guard in guards:
+        m = _BUILTIN_ITEM.match(guard.name or "")
+        if m and m.group(1) == name:
+            manager.used_builtin_vars.add(m.group(2))
+
+
+# a loading builder's compile-time values (below), while torch rebuilds that frame's guards
+_LOADING: contextvars.ContextVar[dict[Any, Any] | None] = contextvars.ContextVar("raycompile_loading", default=None)
+
+
+def compile_time_values(builder: Any) -> dict[Any, Any]:
+    """What each guard's source evaluated to when the frame was compiled ({source: value}, tensors
+    left out: the pickled scope holds them as they were). torch rebuilds a loaded frame's guards by
+    evaluating their sources again, and a path through an object that is the loading process's own
+    (a class, a module) then reads that object as it is at load, not as it was compiled: a guard on
+    ``type(G['op']).__call__.__code__`` would expect whatever ``__call__`` is now and pass for it.
+    The loading builder reads these instead (``identities_saved``), so every guard expects the
+    compile-time value: by reference (the loading process's equal object, else a sentinel) or a copy."""
+    import torch
+
+    return {source: value for source, value in builder.src_get_value_cache.items()
+            if not isinstance(value, torch.Tensor)}
+
+
+def never(reason: str) -> Any:
+    """A guard manager that no call passes: a loaded frame whose guards do not build here is
+    installed with it, so every call traces as stock would (torch's install has no way back)."""
+    from torch._dynamo.guards import GuardManagerWrapper
+
+    manager = GuardManagerWrapper()
+    manager.root.add_lambda_guard(lambda _: False, [reason], None)
+    return manager
+
+
+@contextlib.contextmanager
+def identities_saved(unbuilt: Callable[[str], None]) -> Iterator[None]:
+    """While inside, identity guards are serialized (not refused) and pickled so that they are
+    re-created against the loading process's objects; rebuilt guard managers keep what they name
+    alive; a loaded frame whose guards do not build here never passes them (``unbuilt`` is told
+    why). Restored exactly on exit."""
+    from torch._dynamo import guards, package
+
+    pickler = guards.GuardsStatePickler
+    stock_reduce = pickler.__dict__["reducer_override"]
+    stock_unsupported = guards.CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
+    stock_load = package.load_guard_manager
+    stock_pickle_state = guards.pickle_guards_state
+    stock_get = guards.GuardBuilder.__dict__["get"]
+
+    def pickle_guards_state(state: Any, builder: Any) -> bytes:
+        state._raycompile_values = compile_time_values(builder)
+        return stock_pickle_state(state, builder)
+
+    def get(self: Any, guard_or_source: Any, closure_vars: Any = None) -> Any:
+        values = _LOADING.get()
+        if values and not getattr(self, "_raycompile_filled", False):
+            self.src_get_value_cache.update(values)
+            self._raycompile_filled = True
+        return stock_get(self, guard_or_source, closure_vars)
+
+    def reducer_override(self: Any, obj: Any) -> Any:
+        if obj is _function or obj is _code or obj is _function_at or obj is _class_attr:  # by reference
+            return NotImplemented
+        # descriptors a guard's source passes through (``G['Act'].__dict__['apply']``, ``type(x).__init__``)
+        if isinstance(obj, (staticmethod, classmethod)):
+            return type(obj), (obj.__func__,)
+        if isinstance(obj, property):
+            return property, (obj.fget, obj.fset, obj.fdel, obj.__doc__)
+        if isinstance(obj, _SLOT_DESCRIPTORS):
+            return _class_attr, (obj.__objclass__, obj.__name__)
+        if isinstance(obj, types.MethodWrapperType):
+            return getattr, (obj.__self__, obj.__name__)
+        if isinstance(obj, types.CodeType) and getattr(obj, "co_qualname", None):
+            module = _module_of(obj)
+            if module is not None:
+                from torch._dynamo.package import SerializedCode
+
+                return _code, (module, obj.co_qualname, obj.co_firstlineno, code_fingerprint(obj),
+                               SerializedCode.from_code_object(obj))
+        if (isinstance(obj, types.FunctionType) and id(obj) not in self.empty_values
+                and id(obj) not in self.missing_values and "<locals>" not in obj.__qualname__
+                and _resolves(obj)):
+            return _function, (obj.__module__, obj.__qualname__, code_fingerprint(obj.__code__))
+        if (isinstance(obj, types.FunctionType) and id(obj) not in self.empty_values
+                and id(obj) not in self.missing_values and getattr(obj.__code__, "co_qualname", None)
+                and obj.__module__ in sys.modules):
+            code = obj.__code__
+            return _function_at, (obj.__module__, code.co_qualname, code.co_firstlineno, code_fingerprint(code),
+                                  code, obj.__defaults__, obj.__closure__)
+        return stock_reduce(self, obj)
+
+    def load_guard_manager(guards_state: Any, target_code: Any, runtime_global_scope: Any) -> Any:
+        token = _LOADING.set(getattr(guards_state, "_raycompile_values", None))
+        try:
+            manager = stock_load(guards_state, target_code, runtime_global_scope)
+        except Exception as e:  # noqa: BLE001 - torch's install would raise out of torch.compile: trace instead
+            why = f"its guards do not build here: {type(e).__name__}: {str(e)[:200]}"
+            log.debug("raycompile: %s", why, exc_info=True)
+            unbuilt(why)
+            manager = never(f"raycompile: {why}")
+        finally:
+            _LOADING.reset(token)
+        # what its identity guards name (copies, rebuilt code objects) lives as long as they do
+        manager._raycompile_scopes = guards_state
+        return manager
+
+    pickler.reducer_override = reducer_override
+    guards.CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES = STILL_UNSUPPORTED
+    package.load_guard_manager = load_guard_manager
+    guards.pickle_guards_state = pickle_guards_state
+    guards.GuardBuilder.get = get
+    try:
+        yield
+    finally:
+        guards.pickle_guards_state = stock_pickle_state
+        guards.GuardBuilder.get = stock_get
+        pickler.reducer_override = stock_reduce
+        guards.CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES = stock_unsupported
+        package.load_guard_manager = stock_load
