@@ -12,6 +12,11 @@ restarts, while the user's own key is never revealed.
 
 from __future__ import annotations
 
+import pathlib
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
 from ..cache.signing import derive
 from ..errors import FarmUnavailableError
 from ..settings import Settings
@@ -57,3 +62,46 @@ def running_cluster_secret(settings: Settings, user_key: bytes) -> bytes | None:
     finally:
         if joined.owns:
             ray.shutdown()
+
+
+class ClusterProbe:
+    """The cluster's secret and its count of alive nodes, asked by a process of its own
+    (``orchestrator/cluster_probe.py``) that starts at once: a session whose lookups all hit a
+    ``file://`` or ``redis://`` tier signed with the cluster's secret then never starts Ray, and
+    its main thread spends nothing on it (no import of Ray, no driver connection). ``future``
+    resolves to the answer ({"secret": bytes, "nodes": n}, or {"error": text}), within
+    ``timeout_s``; ``submit`` runs the wait (the session's I/O threads)."""
+
+    def __init__(self, address: str, found: bool, user_key: bytes, timeout_s: float,
+                 submit: Callable[..., Future[dict[str, Any]]]) -> None:
+        import json
+        import subprocess
+        import sys
+
+        default = derive(user_key, "cluster-secret").hex()
+        request = json.dumps({"address": address, "found": found, "default_secret": default,
+                              "kv_key": KV_KEY.decode(), "kv_namespace": KV_NAMESPACE}).encode()
+        script = str(pathlib.Path(__file__).with_name("cluster_probe.py"))
+        self._proc = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL)
+
+        def answer() -> dict[str, Any]:
+            try:
+                out, _ = self._proc.communicate(request, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.communicate()
+                return {"error": f"the cluster's GCS at {address} did not answer within {timeout_s:.0f} s"}
+            try:
+                got = json.loads(out.decode() or "{}")
+            except ValueError:
+                got = {}
+            if "secret" in got:
+                return {"secret": bytes.fromhex(got["secret"]), "nodes": int(got.get("nodes", 0))}
+            return {"error": got.get("error") or f"the probe exited {self._proc.returncode} with no answer"}
+
+        self.future = submit(answer)
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()

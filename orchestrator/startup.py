@@ -47,8 +47,11 @@ def warn_fallback(stats: Stats, error: FarmUnavailableError) -> None:
 
 
 class Startup:
-    """Starts at construction; ``close()`` tears down what it brought up (and waits, bounded, for
-    a start still in progress). ``user_key`` signs a shared tier when no cluster holds a secret."""
+    """Starts at ``begin()``: at the first thing that needs Ray (a compile that misses the cache,
+    GPU timings, a ``ray://head`` tier, ``ready()``), never for a process whose compiles all hit,
+    so such a process imports no Ray and its main thread shares nothing with a start. ``close()``
+    tears down what it brought up (and waits, bounded, for a start still in progress).
+    ``user_key`` signs a shared tier when no cluster holds a secret."""
 
     def __init__(self, settings: Settings, stats: Stats, progress: Progress | None, user_key: bytes,
                  target: Target | None = None, *, toolchain: Toolchain) -> None:
@@ -68,9 +71,21 @@ class Startup:
         self._closed = False
         self._gpu_pool: Any = None
         self._warned = False
-        self._t0 = time.monotonic()
+        self._t0 = time.monotonic()  # seconds are counted from enable(), begun or not
         self._thread = threading.Thread(target=self._run, name="raycompile-start", daemon=True)
-        self._thread.start()
+
+    def begin(self) -> None:
+        """Start bringing Ray up in the background, once; returns at once."""
+        with self._lock:
+            if self._thread.ident is not None or self._closed:
+                return
+            self.seconds["begun"] = time.monotonic() - self._t0
+            self.stats.set(ray_start_seconds=dict(self.seconds))
+            self._thread.start()
+
+    @property
+    def begun(self) -> bool:
+        return self._thread.ident is not None
 
     # -- the background start ----------------------------------------------------------------
 
@@ -189,6 +204,7 @@ class Startup:
         Raises FarmUnavailableError when Ray is unreachable, failed during the start, or is still
         starting after the wait, and ``fallback`` is off; VersionMismatchError when a node runs
         another torch or triton (and, for a bug in the start, what it raised)."""
+        self.begin()
         if not self._ready.wait(self.wait_s if timeout is None else timeout):
             error = FarmUnavailableError(self._where(), f"Ray did not come up within {self.wait_s:.0f} s "
                                                         "(raise RAYCOMPILE_CONNECT_TIMEOUT_S if it starts slowly)")
@@ -231,6 +247,7 @@ class Startup:
     def gpu_pool(self, timeout: float | None = None) -> Any:
         """The session's GPU actors (``orchestrator.gpu_pool.GPUPool``, made once the farm is up,
         its actors started lazily), or None without Ray."""
+        self.begin()
         try:
             farm = self.wait_farm(timeout)
         except RaycompileError:  # FarmUnavailableError, VersionMismatchError: the compile needing the farm reports it
@@ -266,6 +283,8 @@ class Startup:
             if part is not None:
                 part.close()
         self._closing.set()
+        if not self.begun:
+            return
         self._thread.join(timeout=self.settings.connect_timeout_s)
         if self._thread.is_alive():  # stuck inside ray.init: it closes what it makes when it returns
             log.warning("raycompile: Ray is still connecting after %.0f s; leaving it to finish in the background",

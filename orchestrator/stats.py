@@ -84,6 +84,11 @@ class Stats:
         self.dynamo_full = 0  # publishes skipped: the function's entry used every generation
         self.dynamo_unsaveable = 0  # frames torch cannot save (cannot name their code): traced on every node
         self.dynamo_write_failed = 0  # writes of entries that failed (the warning says why): the next process traces
+        # single flight (wrapper/flights.py): frames served from another process's compile
+        self.dynamo_frames_served = 0  # frames this process ran as another process of the node compiled them
+        self.dynamo_flight_wait_seconds = 0.0  # how long its frames waited for that process
+        self.dynamo_flight_traced = 0  # frames the owner compiled for other inputs: traced here
+        self.dynamo_flight_gave_up = 0  # waits given up (the owner died, finished without it, or stalled)
         self.dynamo_functions: dict[str, dict[str, Any]] = {}  # function -> its path and frame counts
         self.dynamo_unsaveable_reasons: Counter[str] = Counter()  # why frames were not saved (torch's words)
         # whole-graph compiles on the cluster (settings.graph_compiles; wrapper/graphs.py)
@@ -149,7 +154,12 @@ class Stats:
         with self._lock:
             row = self.dynamo_functions.setdefault(function, {"loaded": 0, "traced": 0, "generation": None})
             for name, value in deltas.items():
-                row[name] = value if name == "generation" else row[name] + value
+                row[name] = value if name in ("generation", "role") else row.get(name, 0) + value
+
+    def flight(self, function: str, role: str) -> None:
+        """Who compiled ``function`` among the node's processes that compiled it at once: this
+        one ("owner"), or another one ("waiter": this one's frames were served from its compile)."""
+        self.frames(function, role=role)
 
     def unsaveable(self, why: str) -> None:
         """Count a compiled frame torch cannot save, by its reason (the first 20 reasons kept)."""
@@ -207,6 +217,7 @@ class Stats:
                 "coordesc_prefetched": self.coordesc_prefetched,
                 "gpus": dict(self.gpus),
                 **{k: getattr(self, k) for k in DYNAMO_COUNTERS},
+                "dynamo_flight_wait_seconds": round(self.dynamo_flight_wait_seconds, 3),
                 "dynamo_functions": {k: dict(v) for k, v in self.dynamo_functions.items()},
                 "dynamo_unsaveable_reasons": dict(self.dynamo_unsaveable_reasons),
                 **{k: getattr(self, k) for k in GRAPH_COUNTERS},
@@ -225,4 +236,5 @@ GRAPH_COUNTERS = ("graphs_sent", "graphs_backward_deferred", "graphs_backward_ea
                   "graphs_refused", "graphs_failed", "graph_kernel_jobs", "graph_workers_warmed")
 DYNAMO_COUNTERS = ("dynamo_hits", "dynamo_misses", "dynamo_frames_loaded", "dynamo_frames_traced",
                    "dynamo_published", "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full",
-                   "dynamo_unsaveable", "dynamo_write_failed")
+                   "dynamo_unsaveable", "dynamo_write_failed", "dynamo_frames_served", "dynamo_flight_traced",
+                   "dynamo_flight_gave_up")

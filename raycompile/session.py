@@ -69,6 +69,7 @@ class Session:
                         if unreachable is None else None)
         self.metrics = (MetricsExporter.for_startup(self.stats, self.startup)
                         if self.startup is not None and settings.metrics else None)
+        self.probe: Any = None  # orchestrator.secret.ClusterProbe, where the shared tier needs one
         self.cache_root = os.path.abspath(os.path.expanduser(settings.cache_dir))
         self.usage = Usage(self.cache_root)
         self.cache = Cache(local_tier(self.cache_root, settings.secret_bytes or self.user_key, self._cap()),
@@ -83,7 +84,7 @@ class Session:
         self._closed = False
         from .wrapper import compat
 
-        self._gate = compat.inductor_entry_gated(self.install)
+        self._gate = compat.inductor_entry_gated(self._compiling)
         self._gate.__enter__()
         self.frames: Any = None  # wrapper.frames.FrameCache: Dynamo precompile entries in the tiers
         self.graphs: Any = None  # wrapper.graphs.GraphCompiles: whole graphs compiled by Ray tasks
@@ -99,10 +100,15 @@ class Session:
         """Compiled frames from the tiers at ``torch.compile(model)`` (``wrapper/frames.py``),
         installed at the first torch.compile (where stock imports Dynamo). A hit installs the
         Inductor hooks before its output modules load, so their kernels come from this cache."""
+        from .cache.inflight import InFlight
         from .cache.keys import OUTPUT_MODULE_TAG
         from .wrapper.frames import FrameCache
 
-        self.frames = FrameCache(self.cache, self.stats, self.install, OUTPUT_MODULE_TAG)
+        on_miss = self.startup.begin if self.startup is not None else None
+        # single flight among the processes sharing this node's cache dir (a job's ranks)
+        inflight = InFlight(os.path.join(self.cache_root, "flights"), self.cache.local) if self.cache.local else None
+        self.frames = FrameCache(self.cache, self.stats, self.install, OUTPUT_MODULE_TAG, on_miss=on_miss,
+                                 inflight=inflight, flight_wait_s=self.settings.graph_timeout_s)
         self.frames.install_at_compile()
 
     def _cap(self) -> int | None:
@@ -117,17 +123,49 @@ class Session:
 
     def _shared(self, target: Target | None) -> Any:
         """The shared tier now when it needs no Ray (no cluster to join, or RAYCOMPILE_SECRET
-        set for a file:// or redis:// tier), else one that waits for the start."""
+        set for a file:// or redis:// tier); one whose secret (and, for ``auto``, the cluster's
+        size) a probe process asks the cluster for, so hits never wait on a Ray start
+        (``orchestrator.secret.ClusterProbe``); else one that waits for the start (``ray://head``,
+        Ray Client addresses), begun now."""
         url, secret = self.settings.shared_cache, self.settings.secret_bytes
         if url in ("", "none") or (url == "auto" and (target is None or not target.joins)):
             return None  # auto without a cluster: this process is the only one
         if url.startswith(("file://", "redis://", "rediss://")) and (secret or target is None or not target.joins):
             return shared_tier(url, secret or self.user_key)
-        assert self.startup is not None
-        stats = self.stats
-        return DeferredTier(self.startup.shared, self.startup.wait_s, lambda s: stats.add(ray_wait_seconds=s))
+        assert self.startup is not None and target is not None
+        stats, startup = self.stats, self.startup
+        waited = lambda s: stats.add(ray_wait_seconds=s)  # noqa: E731 - one line, named for what it counts
+        if url == "ray://head" or secret or not target.address or target.address.startswith("ray://"):
+            startup.begin()  # a tier served by a Ray actor: a driver connection, begun at once
+            return DeferredTier(startup.shared, startup.wait_s, waited)
+        from .orchestrator.secret import ClusterProbe
+
+        self.probe = ClusterProbe(target.address, target.source == "current-cluster file", self.user_key,
+                                  self.settings.connect_timeout_s, self.io.submit)
+        tier: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def answered(done: concurrent.futures.Future[dict[str, Any]]) -> None:
+            got = done.result()
+            if "secret" in got and not (url == "auto" and got["nodes"] > 1):
+                tier.set_result(shared_tier(url, got["secret"]) if url != "auto" else None)
+                return
+            # several nodes (auto: the head's tier), or the probe failed (Ray's start reports why)
+            log.debug("raycompile: the shared tier waits for Ray (%s)", got.get("error", f"{got.get('nodes')} nodes"))
+            startup.begin()
+            startup.shared.add_done_callback(lambda f: tier.set_result(f.result()) if f.exception() is None
+                                             else tier.set_exception(f.exception()))
+
+        self.probe.future.add_done_callback(answered)
+        return DeferredTier(tier, startup.wait_s, waited)
 
     # -- the Inductor side, at the first compile ------------------------------------------------
+
+    def _compiling(self) -> None:
+        """A graph compile starts (Inductor's backend was called: a cold compile): Ray is begun, to
+        be up by the first kernel that misses the cache, and the hooks installed."""
+        if self.startup is not None:
+            self.startup.begin()
+        self.install()
 
     def install(self) -> None:
         """Install the Inductor hooks and the autotuning hooks (once; the gate calls this at every
@@ -271,6 +309,8 @@ class Session:
             self.autotune.close()
         # lookups and winner writes in flight finish (each bounded by its tier's time-out)
         self.io.shutdown(wait=True, cancel_futures=False)
+        if self.probe is not None:
+            self.probe.close()
         self.cache.close()
         if self.metrics is not None:  # the last push, while Ray is still up
             self.metrics.close()

@@ -47,8 +47,10 @@ import torch
 
 from .._version import __version__
 from ..cache import Cache, Entry
+from ..cache.inflight import InFlight
 from ..cache.keys import FRAMES_GENERATIONS, frames_generation, frames_key
 from . import compat
+from .flights import Flights
 
 log = logging.getLogger("raycompile.frames")
 
@@ -70,16 +72,23 @@ class _Known:
     next_generation: int
     label: str
     written_frames: int = 0
+    traced: int = 0  # frames this process traced itself (a function whose frames were all loaded or served has none)
 
 
 class FrameCache:
-    """``cache``: the session's tiers; ``stats``: its counters; ``before_load``: called before an
+    """``cache``: the session's tiers; ``stats``: its counters; ``on_miss``: told of a function
+    nothing loads for (it will be traced and compiled); ``before_load``: called before an
     entry is installed (the session installs its Inductor hooks there, so the output modules'
     kernels come from the farm's cache); ``output_tag``: the output modules' cache-key tag."""
 
     def __init__(self, cache: Cache, stats: Any, before_load: Callable[[], None], output_tag: str,
-                 publish_delay_s: float = PUBLISH_DELAY_S) -> None:
+                 publish_delay_s: float = PUBLISH_DELAY_S, on_miss: Callable[[], None] | None = None,
+                 inflight: InFlight | None = None, flight_wait_s: float = 1800.0) -> None:
         self.cache, self.stats, self.before_load = cache, stats, before_load
+        # single flight among this node's processes (wrapper/flights.py), where the node has a cache dir
+        self.flights = Flights(inflight, stats, flight_wait_s, self._publish_in_flight) if inflight else None
+        self._route = threading.local()  # .claim: where write() puts an entry in flight instead of a generation
+        self.on_miss = on_miss  # a function with nothing to load is traced and compiled: Ray is begun
         self.output_tag = output_tag
         self.publish_delay_s = publish_delay_s
         self._known: dict[str, _Known] = {}  # torch's source id -> ours
@@ -136,6 +145,8 @@ class FrameCache:
         if timer is not None:
             timer.cancel()
         self.publish(final=True)
+        if self.flights is not None:
+            self.flights.close()
         atexit.unregister(self._at_exit)
         if self._installed is not None:
             self._installed.__exit__(None, None, None)
@@ -152,8 +163,10 @@ class FrameCache:
         """Whether frames compiled with these options are saved and loaded (Inductor's only)."""
         return options.get("backend") in SAVED_BACKENDS
 
-    def load(self, fn: Callable[..., Any], options: dict[str, Any] | None) -> Any | None:
-        """The newest entry of ``fn`` compiled with ``options`` that loads here, else None."""
+    def load(self, fn: Callable[..., Any], options: dict[str, Any] | None, package: Any = None) -> Any | None:
+        """The newest entry of ``fn`` compiled with ``options`` that loads here, else None (then
+        Dynamo traces it, or, where another process of the node is compiling it, ``serve``s its
+        frames from there into ``package``, the loading ``torch.compile``'s)."""
         if options is None:
             self.stats.add(dynamo_unkeyed=1)
             return None
@@ -174,12 +187,25 @@ class FrameCache:
             self.stats.add(dynamo_unkeyed=1)
             log.debug("raycompile: no precompile key for %r (%s: %s); tracing it", fn, type(e).__name__, e)
             return None
-        keys = [frames_generation(base, g) for g in range(FRAMES_GENERATIONS)]
-        found = self.cache.lookup_many(keys)
-        taken = [g for g, k in enumerate(keys) if k in found and not _absent(found[k])]
-        known = _Known(base, max(taken, default=-1) + 1, label)
+        known = _Known(base, 0, label)
         with self._lock:
             self._known[sid] = known
+        entry = self._newest(known)
+        if entry is not None:
+            return entry
+        self.stats.add(dynamo_misses=1)
+        if self.flights is not None and not self.flights.claim(base, sid, label, package, lambda: self._newest(known)):
+            return None  # another process of this node compiles it: its frames are served as they come
+        if self.on_miss is not None:
+            self.on_miss()
+        return None
+
+    def _newest(self, known: _Known) -> Any | None:
+        """The newest generation of ``known``'s entry that loads here (counted), else None."""
+        keys = [frames_generation(known.base, g) for g in range(FRAMES_GENERATIONS)]
+        found = self.cache.lookup_many(keys)
+        taken = [g for g, k in enumerate(keys) if k in found and not _absent(found[k])]
+        known.next_generation = max(taken, default=-1) + 1
         for g in reversed(taken):
             got = found[keys[g]]
             if not isinstance(got, Entry):  # refused or corrupt: counted by the cache, never unpickled
@@ -189,23 +215,30 @@ class FrameCache:
                 frames = compat.precompile.frames_in(entry)
             except Exception as e:  # noqa: BLE001 - any reason it does not install here: an older one, else trace
                 self.stats.add(dynamo_invalid=1)
-                log.debug("raycompile: precompile entry %s of %s does not load here (%s: %s)", g, label,
+                log.debug("raycompile: precompile entry %s of %s does not load here (%s: %s)", g, known.label,
                           type(e).__name__, str(e)[:300])
                 continue
             known.written_frames = frames
             self.stats.add(dynamo_hits=1, dynamo_frames_loaded=frames)
-            self.stats.frames(label, loaded=frames, generation=g)
-            log.debug("raycompile: %s: %d compiled frames loaded (generation %d)", label, frames, g)
+            self.stats.frames(known.label, loaded=frames, generation=g)
+            log.debug("raycompile: %s: %d compiled frames loaded (generation %d)", known.label, frames, g)
             return entry
-        self.stats.add(dynamo_misses=1)
         return None
+
+    def serve(self, package: Any, code: Any, f_locals: Any) -> tuple[Any, Any] | None:
+        """A frame another process of this node compiles (single flight), served from its compile:
+        (guard manager, compiled code), or None to trace it here."""
+        return self.flights.serve(package, code, f_locals) if self.flights is not None else None
 
     def traced(self, sid: str) -> None:
         """Dynamo traced a frame of function ``sid``: count it, and write its entry soon."""
         known = self._known.get(sid)
         self.stats.add(dynamo_frames_traced=1)
         if known is not None:
+            known.traced += 1
             self.stats.frames(known.label, traced=1)
+        if self.flights is not None:
+            self.flights.traced(sid)
         self._schedule()
 
     def unsaveable(self, sid: str, why: str) -> None:
@@ -227,6 +260,11 @@ class FrameCache:
         known = self._known.get(sid)
         if known is None:  # compiled outside torch.compile's load: no key to file it under
             return
+        claim = getattr(self._route, "claim", None)
+        if claim is not None:  # frames in flight, for this node's processes waiting on them
+            entry, _ = compat.precompile.portable(entry)
+            claim.publish(zlib.compress(compat.precompile.dumps(entry), 1), compat.precompile.frames_in(entry))
+            return
         if known.next_generation >= FRAMES_GENERATIONS:
             self.stats.add(dynamo_full=1)
             log.debug("raycompile: %s used all %d entry generations; not written again", known.label,
@@ -240,13 +278,22 @@ class FrameCache:
                       known.label, dropped)
         blob = zlib.compress(compat.precompile.dumps(entry), 1)
         frames = compat.precompile.frames_in(entry)
-        generation = known.next_generation
+        # the first free generation: another process (a node's owner, say) may have written since the load
+        later = [frames_generation(known.base, g) for g in range(known.next_generation, FRAMES_GENERATIONS)]
+        found = self.cache.lookup_many(later)
+        taken = [i for i, k in enumerate(later) if k in found and not _absent(found[k])]
+        generation = known.next_generation + (max(taken) + 1 if taken else 0)
+        if generation >= FRAMES_GENERATIONS:
+            self.stats.add(dynamo_full=1)
+            return
         self.cache.put(Entry(frames_generation(known.base, generation), {BLOB: blob},
                              {"label": f"compiled frames of {known.label}", "frames": frames,
                               "generation": generation}))
         known.next_generation, known.written_frames = generation + 1, frames
         self.stats.add(dynamo_published=1)
         self.stats.frames(known.label, generation=generation)
+        if self.flights is not None:
+            self.flights.finished(sid)
         log.debug("raycompile: %s: %d compiled frames written (generation %d, %d bytes)", known.label, frames,
                   generation, len(blob))
 
@@ -273,6 +320,21 @@ class FrameCache:
             return
         self.publish()
 
+    def _publish_in_flight(self, sid: str, claim: Any) -> None:
+        """What this process compiled of ``sid`` so far, into its claim (if complete and grown)."""
+        ready, incomplete = compat.precompile.recorded()
+        frames = ready.get(sid, 0)
+        log.debug("raycompile: in flight: %s has %d complete frames (%d published; incomplete: %s)",
+                  getattr(self._known.get(sid), "label", sid), frames, claim.frames, sid in incomplete)
+        if frames <= claim.frames:
+            return
+        self._route.claim = claim
+        try:
+            compat.precompile.save({sid})
+        finally:
+            self._route.claim = None
+        claim.frames = frames
+
     def publish(self, final: bool = False) -> int:
         """Write every keyed function whose complete package has frames its last entry lacks;
         returns how many. ``final``: also count the packages left incomplete."""
@@ -280,7 +342,7 @@ class FrameCache:
             ready, incomplete = compat.precompile.recorded()
             with self._lock:
                 due = {sid for sid, frames in ready.items()
-                       if sid in self._known and frames > self._known[sid].written_frames}
+                       if sid in self._known and frames > self._known[sid].written_frames and self._known[sid].traced}
             if due:
                 compat.precompile.save(due)
             if final:

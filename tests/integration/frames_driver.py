@@ -42,12 +42,15 @@ def step(batch: int, compiler: object) -> dict[str, torch.Tensor]:
 
 
 def main(address: str, shared: str, cache_dir: str, out_path: str, batch: str, stock: str = "") -> None:
-    raycompile.enable(address=address, shared_cache=shared, cache_dir=cache_dir, dynamo_cache=True, fallback=False)
+    # no address: the cluster of this machine (its current-cluster file), as ray.init() joins it
+    raycompile.enable(address=address or None, shared_cache=shared, cache_dir=cache_dir, fallback=False)
     try:
         result = step(int(batch), torch.compile)
+        ray_imported = "ray" in sys.modules
     finally:
         raycompile.disable()  # writes what is left
-    saved = {"stats": raycompile.stats(), "result": result, "torch_traced": compat.precompile.traced_frames()}
+    saved = {"stats": raycompile.stats(), "result": result, "torch_traced": compat.precompile.traced_frames(),
+             "ray_imported": ray_imported}
     if stock:
         torch._dynamo.reset()
         with compat.fresh_cache():

@@ -1,10 +1,12 @@
-"""Compiled frames shared through the tiers (``settings.dynamo_cache``): a CPU model with a graph
-break is compiled in one process, then warm-started in NEW processes (each with its own empty
-raycompile and Inductor cache dirs, the same ``file://`` shared tier, joined to one real Ray
-cluster: the cluster's secret signs the entries, nothing configured):
+"""Compiled frames shared through the tiers (on by default): a CPU model with a graph break is
+compiled in one process, then warm-started in NEW processes (each with its own empty raycompile
+and Inductor cache dirs, the same ``file://`` shared tier, joined with no address to the `ray
+start` cluster of this machine, with Ray's token authentication: the cluster's secret signs the
+entries, nothing configured):
 
 - the warm process traces nothing (raycompile's count and Dynamo's own), runs no job, and
-  computes bitwise the loss and gradients of the process that compiled;
+  computes bitwise the loss and gradients of the process that compiled; it never starts Ray
+  (not even imports it: the cluster's secret comes from a probe process) nor waits for it;
 - another batch size (a guard miss on the loaded frames) is traced and compiled, bitwise equal to
   stock Inductor in the same process, and written as the next generation, which a later process
   loads with both shapes;
@@ -22,7 +24,7 @@ from typing import Any
 
 import pytest
 import torch
-from raystart import ray_cluster
+from raystart import ray_head
 
 pytestmark = pytest.mark.slow  # five compiling subprocesses
 
@@ -30,17 +32,23 @@ DRIVER = pathlib.Path(__file__).with_name("frames_driver.py")
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    with ray_cluster(head_cpus=2) as c:
-        yield c.address
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A `ray start` head that is this machine's current cluster for processes whose RAY_TMPDIR
+    is the directory yielded (Ray's defaults: token authentication on)."""
+    tmpdir = str(tmp_path_factory.mktemp("ray", numbered=True))
+    with ray_head(num_cpus=2, dashboard=False, ray_tmpdir=tmpdir):
+        yield tmpdir
 
 
-def run(address: str, shared: str, where: pathlib.Path, batch: int, stock: bool = False) -> dict[str, Any]:
-    """A new process with empty local caches of its own (``where``): the driver's saved results."""
+def run(ray_tmpdir: str, shared: str, where: pathlib.Path, batch: int, stock: bool = False) -> dict[str, Any]:
+    """A new process with empty local caches of its own (``where``), joining the machine's
+    cluster with no address: the driver's saved results."""
     out = where / "out.pt"
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"), "TRITON_CACHE_DIR": str(where / "triton")}
-    env.pop("RAYCOMPILE_SECRET", None)
-    args = [address, shared, str(where / "raycompile"), str(out), str(batch)] + (["stock"] if stock else [])
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"), "TRITON_CACHE_DIR": str(where / "triton"),
+           "RAY_TMPDIR": ray_tmpdir}
+    for name in ("RAYCOMPILE_SECRET", "RAY_ADDRESS", "RAY_AUTH_MODE"):
+        env.pop(name, None)
+    args = ["", shared, str(where / "raycompile"), str(out), str(batch)] + (["stock"] if stock else [])
     proc = subprocess.run([sys.executable, str(DRIVER), *args], env=env, capture_output=True, text=True, timeout=600,
                           check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
@@ -66,6 +74,9 @@ def test_compiled_frames_warm_start_another_process(cluster: str, tmp_path: path
     assert w["jobs"] == 0 and w["jobs_local"] == 0 and w["fallbacks"] == 0 and w["shared_hits"] > 0, w
     assert w["dynamo_functions"] == {"__main__.Block.forward": {"loaded": 2, "traced": 0, "generation": 0}}
     assert equal(warm["result"], cold["result"])
+    # every compile hit: Ray was never begun (nor imported), nothing waited for it
+    assert "begun" not in w["ray_start_seconds"] and not w["ray_wait_seconds"] and not warm["ray_imported"], w
+    assert "begun" in s["ray_start_seconds"], s  # the cold one compiled: it began Ray
 
     # another batch size: the loaded frames' guards fail; traced, compiled, bitwise stock's
     other = run(cluster, shared, tmp_path / "c", 5, stock=True)

@@ -21,6 +21,7 @@ import inspect
 import logging
 import re
 import sys
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -51,6 +52,7 @@ SEAMS: Seams = {
     "package.CompilePackage._add_user_function": ("torch._dynamo.package", "CompilePackage._add_user_function"),
     "package.CompilePackage._add_function": ("torch._dynamo.package", "CompilePackage._add_function"),
     "exc.PackageError": ("torch._dynamo.exc", "PackageError"),
+    "convert_frame._compile": ("torch._dynamo.convert_frame", "_compile"),
     "guards.CheckFunctionManager.serialize_guards": ("torch._dynamo.guards", "CheckFunctionManager.serialize_guards"),
     "guards.CheckFunctionManager.__init__": ("torch._dynamo.guards", "CheckFunctionManager.__init__"),
     "dynamo.config.get_config_copy": ("torch._dynamo.config", "get_config_copy"),
@@ -69,7 +71,9 @@ _NON_LEAF_GRAD = r"The \.grad attribute of a Tensor that is not a leaf Tensor is
 class FrameStore(Protocol):
     """What ``frames_stored`` hands the cache's three calls to (``wrapper/frames.py``)."""
 
-    def load(self, fn: Callable[..., Any], options: dict[str, Any] | None) -> Any | None: ...
+    def load(self, fn: Callable[..., Any], options: dict[str, Any] | None, package: Any = None) -> Any | None: ...
+
+    def serve(self, package: Any, code: Any, f_locals: Any) -> tuple[Any, Any] | None: ...
 
     def saves(self, options: dict[str, Any]) -> bool: ...
 
@@ -118,14 +122,17 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
         def load(self, fn: Callable[..., Any]) -> Any | None:
             ctx = _caller_context()
             options = _options(ctx) if ctx is not None else None
-            if options is not None and store.saves(options) and getattr(ctx, "_package", None) is not None:
-                saved_packages.add(ctx._package)
-            return store.load(fn, options)
+            package = getattr(ctx, "_package", None)
+            if options is not None and store.saves(options) and package is not None:
+                saved_packages.add(package)
+            return store.load(fn, options, package)
 
         def record_package(self, pkg: Any) -> None:
             if pkg in saved_packages:
                 super().record_package(pkg)
-                store.traced(pkg.source_id)
+                if not getattr(serving, "served", False):  # a frame served (below) was not traced
+                    store.traced(pkg.source_id)
+                serving.served = False
 
         def write(self, entry: Any, path: str) -> None:
             store.write(entry, path)
@@ -190,6 +197,24 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
             # ignores these guards (CompilePackage.add_guarded_code)
             return b""
 
+    # Single flight: a frame of a function another process is compiling is served from what that
+    # process compiled (``store.serve``) instead of being traced; else Dynamo compiles it.
+    from torch._dynamo import convert_frame
+
+    from . import precompile
+
+    stock_compile = convert_frame._compile
+    serving = threading.local()  # .served: the frame being converted on this thread was served
+
+    def _compile(*args: Any, **kwargs: Any) -> Any:
+        package = kwargs.get("package")
+        if package is not None and package in saved_packages and len(args) >= 3:
+            found = store.serve(package, args[0], args[2])  # code, f_locals
+            if found is not None:
+                serving.served = True
+                return precompile.served(found[1], found[0], kwargs.get("compile_id"))
+        return stock_compile(*args, **kwargs)
+
     saved = (dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering)
     reducers = _init_field_reducers()
     quiet = _DroppedGuardNotes(lambda why: store.unsaveable("", why))
@@ -197,6 +222,7 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
     identities = guards.identities_saved(store.unbuilt)
     identities.__enter__()
     cache.__class__ = FarmDynamoCache
+    convert_frame._compile = _compile
     compile_package.code_context = code_context
     CheckFunctionManager.serialize_guards = serialize_guards
     CheckFunctionManager.__init__ = __init__
@@ -219,6 +245,7 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
         for logger in noted:
             logger.removeFilter(quiet)
         cache.__class__ = stock_class
+        convert_frame._compile = stock_compile
         compile_package.code_context = stock_code_context
         CheckFunctionManager.serialize_guards = stock_serialize
         CheckFunctionManager.__init__ = stock_init

@@ -32,6 +32,12 @@ SEAMS: Seams = {
     "bytecode_transformation.unique_id": ("torch._dynamo.bytecode_transformation", "unique_id"),
     "convert_frame.compile_lock": ("torch._dynamo.convert_frame", "compile_lock"),
     "utils.counters": ("torch._dynamo.utils", "counters"),
+    "eval_frame._load_precompile_entry": ("torch._C._dynamo.eval_frame", "_load_precompile_entry"),
+    "package.CompilePackage.initialize": ("torch._dynamo.package", "CompilePackage.initialize"),
+    "package.CompilePackage.install": ("torch._dynamo.package", "CompilePackage.install"),
+    "types.GuardedCode": ("torch._dynamo.types", "GuardedCode"),
+    "types.wrap_guarded_code": ("torch._dynamo.types", "wrap_guarded_code"),
+    "eval_frame.skip_code": ("torch._dynamo.eval_frame", "skip_code"),
 }
 
 _BY_ID = re.compile(r"^_\d+_c\d+$")  # install_global_by_id("", value): "_<id>_c<compile id>"
@@ -220,7 +226,53 @@ def compiling() -> bool:
 
 
 def traced_frames() -> int:
-    """Frames Dynamo traced in this process (its own counter)."""
+    """Graphs Dynamo traced in this process (its own counter, ``unique_graphs``): a frame loaded
+    from an entry, or served from another process's compile, traces none."""
     from torch._dynamo.utils import counters
 
-    return int(counters["frames"]["ok"])
+    return int(counters["stats"]["unique_graphs"])
+
+
+def install_into(package: Any, entry: Any) -> list[tuple[Any, Any, Any]]:
+    """Install ``entry`` (checked by ``loads``) into ``package``, the live package of a
+    ``torch.compile`` whose frames another process is compiling (single flight), in place of what
+    it held: torch's own initialize and install, the package marked fresh first. Returns what was
+    installed, frame by frame: (the frame's code object, its guard manager, its compiled code)."""
+    import torch._C._dynamo.eval_frame as eval_frame
+    import torch._dynamo.eval_frame as dynamo_eval_frame
+
+    stock = eval_frame._load_precompile_entry
+    stock_skip = dynamo_eval_frame.skip_code
+    installed: list[tuple[Any, Any, Any]] = []
+
+    def capture(target_code: Any, guard_manager: Any, dynamo_code: Any) -> Any:
+        installed.append((target_code, guard_manager, dynamo_code))
+        return stock(target_code, guard_manager, dynamo_code)
+
+    eval_frame._load_precompile_entry = capture
+    # torch marks a frame with no compiled code as one never to compile (a trivial frame, in a
+    # finished entry); in frames still in flight it is one not compiled yet (a resume function
+    # the owner has not reached): it must come back to Dynamo, to be served once it is
+    dynamo_eval_frame.skip_code = lambda code, recursive=False: None
+    try:
+        fn = package._innermost_fn
+        package._initialized = False
+        package.initialize(fn, entry.dynamo, ignore_inlined_sources=False)
+        package.install(entry.backends)
+    finally:
+        eval_frame._load_precompile_entry = stock
+        dynamo_eval_frame.skip_code = stock_skip
+    return installed
+
+
+def passes(guard_manager: Any, f_locals: Any) -> bool:
+    """Whether a frame's locals pass a loaded guard manager."""
+    return bool(guard_manager.check(f_locals))
+
+
+def served(dynamo_code: Any, guard_manager: Any, compile_id: Any) -> Any:
+    """What Dynamo's frame conversion returns for a frame run with ``dynamo_code`` under
+    ``guard_manager`` (compiled by another process), as if it had compiled it."""
+    from torch._dynamo.types import GuardedCode, wrap_guarded_code
+
+    return wrap_guarded_code(GuardedCode(dynamo_code, guard_manager, compile_id))

@@ -1,0 +1,113 @@
+"""One compile per job (issue 31): three ranks of one node (processes sharing the node's cache dir,
+each with empty Inductor caches of its own, joined with no address to the node's `ray start`
+cluster, Ray's defaults) compile the same training step at once (a CPU model with a graph break:
+two frames). One traces and compiles it; the others trace nothing (torch's own counters: no frame
+converted, no graph) and run the frames the owner compiled, served as it compiled them. Every
+rank's loss and gradients are bitwise those of stock Inductor. When the owner is killed while it
+compiles, the waiters compile the step themselves, counted, and nothing hangs.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from raystart import ray_head
+
+pytestmark = pytest.mark.slow  # four compiling subprocesses, twice
+
+DRIVER = pathlib.Path(__file__).with_name("frames_driver.py")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmpdir = str(tmp_path_factory.mktemp("ray", numbered=True))
+    with ray_head(num_cpus=2, dashboard=False, ray_tmpdir=tmpdir):
+        yield tmpdir
+
+
+def start(ray_tmpdir: str, node_cache: pathlib.Path, where: pathlib.Path, stock: bool = False) -> subprocess.Popen[str]:
+    """A rank: a new process with Inductor caches of its own and the node's raycompile cache dir."""
+    where.mkdir(parents=True)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"), "TRITON_CACHE_DIR": str(where / "triton"),
+           "RAY_TMPDIR": ray_tmpdir}
+    for name in ("RAYCOMPILE_SECRET", "RAY_ADDRESS", "RAY_AUTH_MODE"):
+        env.pop(name, None)
+    args = ["", "none", str(node_cache), str(where / "out.pt"), "8"] + (["stock"] if stock else [])
+    return subprocess.Popen([sys.executable, str(DRIVER), *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen[str], where: pathlib.Path) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-3000:] + err[-6000:]
+    return torch.load(where / "out.pt", weights_only=False)
+
+
+def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_three_ranks_compile_once(cluster: str, tmp_path: pathlib.Path) -> None:
+    node = tmp_path / "node-cache"
+    ranks = [start(cluster, node, tmp_path / f"rank{i}") for i in range(3)]
+    results = [finish(p, tmp_path / f"rank{i}") for i, p in enumerate(ranks)]
+    stock = finish(start(cluster, tmp_path / "other-node", tmp_path / "stock", stock=True), tmp_path / "stock")
+
+    roles = sorted(r["stats"]["dynamo_functions"]["__main__.Block.forward"].get("role", "") for r in results)
+    assert roles == ["owner", "waiter", "waiter"], roles
+    for r in results:
+        s = r["stats"]
+        role = s["dynamo_functions"]["__main__.Block.forward"]["role"]
+        if role == "owner":
+            assert s["dynamo_frames_traced"] == 2 and r["torch_traced"] == 2 and s["dynamo_frames_served"] == 0, s
+        else:  # nothing traced (torch's own counter), both frames run as the owner compiled them
+            assert r["torch_traced"] == 0 and s["dynamo_frames_traced"] == 0 and s["dynamo_frames_served"] == 2, {
+                k: v for k, v in s.items() if k.startswith("dynamo") or k.startswith("jobs")}
+            assert s["dynamo_flight_gave_up"] == 0 and s["jobs"] + s["jobs_local"] == 0, s
+        assert equal(r["result"], stock["stock"])  # bitwise stock Inductor's loss and gradients
+
+
+def _holder(pids: list[int], lock_dir: pathlib.Path) -> int | None:
+    """The rank holding a flight's lock (the owner keeps the lock file open; waiters do not)."""
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith(str(lock_dir)) and target.endswith(".lock"):
+                    return pid
+        except OSError:
+            continue
+    return None
+
+
+def test_waiters_compile_themselves_when_the_owner_dies(cluster: str, tmp_path: pathlib.Path) -> None:
+    node = tmp_path / "node-cache"
+    ranks = [start(cluster, node, tmp_path / f"rank{i}") for i in range(3)]
+    lock_dir = node / "flights"
+    deadline = time.monotonic() + 600
+    owner = None
+    # polled: other processes' files; the owner is killed once it holds the lock and both others wait
+    while owner is None or len({p.name.rsplit(".", 1)[1] for p in lock_dir.glob("*.waiting.*")}) < 2:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in ranks), "no flight began"
+        owner = owner or _holder([p.pid for p in ranks], lock_dir)
+        time.sleep(0.1)
+    os.kill(owner, signal.SIGKILL)
+    stock = finish(start(cluster, tmp_path / "other-node", tmp_path / "stock", stock=True), tmp_path / "stock")
+    for i, p in enumerate(ranks):
+        if p.pid == owner:
+            p.communicate(timeout=60)
+            assert p.returncode == -signal.SIGKILL
+            continue
+        r = finish(p, tmp_path / f"rank{i}")
+        s = r["stats"]
+        assert s["dynamo_flight_gave_up"] >= 1 and s["dynamo_frames_traced"] >= 1, s  # compiled itself, counted
+        assert equal(r["result"], stock["stock"])

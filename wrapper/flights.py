@@ -1,0 +1,180 @@
+"""One compile per job: when processes of one node (a job's ranks, sharing the node's cache dir)
+compile the same function at once and nothing is in the tiers yet, one of them traces and
+compiles it; each of the others serves every frame from what that owner compiled, as soon as the
+owner has compiled it, and traces nothing (``cache/inflight.py`` holds the claims and the frames
+in flight).
+
+- ``claim`` (``wrapper/frames.py``, at ``torch.compile``'s lookup that found nothing): the owner
+  compiles as usual; a waiter's ``torch.compile`` returns at once, as stock's does.
+- The owner publishes what it compiled so far after each frame it traced, and from a watcher
+  thread whenever a waiter has appeared since (each frame complete: its backward is compiled with
+  its forward), before that frame runs: its first step may wait in a collective on the waiters'
+  ranks, so waiting for the whole step would wait forever.
+- A waiter's frame (``serve``, where Dynamo would trace it) waits for the owner's frames, installs
+  them, and runs the one whose guards its inputs pass. It traces the frame itself, counted, when
+  the owner compiled that frame for other inputs, finished without it, died (its lock is free), or
+  published nothing for ``wait_s``. Nothing waits longer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cache.inflight import OWNER, Claim, InFlight
+from . import compat
+
+log = logging.getLogger("raycompile.frames")
+
+POLL_S = 0.05  # how often a waiter looks for the owner's next frames
+WATCH_S = 0.25  # how often an owner looks for waiters that came after its last frame
+
+
+@dataclass
+class _Wait:
+    claim: Claim
+    label: str
+    reload: Callable[[], Any | None]  # the function's newest entry in the tiers, or None
+    reloaded: bool = False
+    started: float = field(default_factory=time.monotonic)
+    installed: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (code, guard manager, compiled code)
+
+
+class Flights:
+    """``inflight``: the node's claims; ``stats``: the session's counters; ``wait_s``: how long a
+    waiter waits for the owner's next frame; ``publish(sid, claim)``: writes what the owner
+    compiled so far into its claim (``FrameCache``, which knows how an entry is made)."""
+
+    def __init__(self, inflight: InFlight, stats: Any, wait_s: float,
+                 publish: Callable[[str, Claim], None]) -> None:
+        self.inflight, self.stats, self.wait_s, self._publish = inflight, stats, wait_s, publish
+        self._waiting: weakref.WeakKeyDictionary[Any, _Wait] = weakref.WeakKeyDictionary()
+        self._owned: dict[str, Claim] = {}  # source id -> the claim this process owns
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # -- both ---------------------------------------------------------------------------------------
+
+    def claim(self, key: str, sid: str, label: str, package: Any, reload: Callable[[], Any | None]) -> bool:
+        """Claim ``key``'s compile: True when this process compiles it (the owner), False when it
+        waits on another process's (its frames are then served by ``serve``; ``reload`` finds the
+        entry the owner wrote, where its frames in flight lack one)."""
+        claim = self.inflight.claim(key)
+        if claim.role == OWNER:
+            with self._lock:
+                old = self._owned.pop(sid, None)
+                self._owned[sid] = claim
+            if old is not None:
+                old.release()
+            self.stats.flight(label, "owner")
+            self._watch()
+            return True
+        if package is None:  # nothing to serve frames into: trace, as before
+            claim.stop_waiting()
+            return True
+        self._waiting[package] = _Wait(claim, label, reload)
+        self.stats.flight(label, "waiter")
+        log.debug("raycompile: %s is being compiled by another process of this node; its frames are served "
+                  "from there", label)
+        return False
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            owned, self._owned = list(self._owned.values()), {}
+        for claim in owned:
+            claim.release()
+        for wait in list(self._waiting.values()):
+            wait.claim.stop_waiting()
+
+    # -- the owner ---------------------------------------------------------------------------------
+
+    def traced(self, sid: str) -> None:
+        """The owner traced a frame: publish it now if anyone waits."""
+        claim = self._owned.get(sid)
+        if claim is not None and claim.waiters():
+            self._publish(sid, claim)
+
+    def finished(self, sid: str) -> None:
+        """``sid``'s entry is in the tiers: its flight is over."""
+        with self._lock:
+            claim = self._owned.pop(sid, None)
+        if claim is not None:
+            claim.release()
+
+    def _watch(self) -> None:
+        with self._lock:
+            if self._watcher is not None and self._watcher.is_alive():
+                return
+            self._watcher = threading.Thread(target=self._watch_loop, name="raycompile-flights", daemon=True)
+            self._watcher.start()
+
+    def _watch_loop(self) -> None:
+        while not self._stop.wait(WATCH_S):
+            with self._lock:
+                owned = list(self._owned.items())
+            if not owned:
+                return
+            for sid, claim in owned:
+                try:
+                    if claim.waiters():
+                        self._publish(sid, claim)
+                except Exception as e:  # noqa: BLE001 - the waiters then trace it themselves, after their wait
+                    log.debug("raycompile: frames in flight not published (%s: %s)", type(e).__name__, e)
+
+    # -- a waiter ----------------------------------------------------------------------------------
+
+    def serve(self, package: Any, code: Any, f_locals: Any) -> tuple[Any, Any] | None:
+        """(guard manager, compiled code) for the frame of ``code`` that the owner compiled and
+        whose guards ``f_locals`` pass, waiting for it; None: trace it here."""
+        wait = self._waiting.get(package)
+        if wait is None:
+            return None
+        log.debug("raycompile: %s: frame %s waits for the owner's compile", wait.label, getattr(code, "co_name", code))
+        t0 = time.monotonic()
+        progress = t0
+        while True:
+            blob, finished = wait.claim.latest()
+            entry = None
+            if blob is None and finished and not wait.reloaded:  # it is done: its entry is in the tiers
+                wait.reloaded, entry = True, wait.reload()
+            if blob is not None or entry is not None:
+                progress = time.monotonic()
+                try:
+                    if entry is None:
+                        entry = compat.precompile.loads(zlib.decompress(blob))  # type: ignore[arg-type]
+                    wait.installed = compat.precompile.install_into(package, entry)
+                except Exception as e:  # noqa: BLE001 - what does not install here is traced here
+                    self._give_up(package, wait, f"the owner's frames do not install here ({type(e).__name__}: {e})")
+                    return None
+            # by value: installing a newer flight makes the resume functions' code objects anew, while
+            # the frame asking runs the one installed before
+            ours = [(gm, compiled) for target, gm, compiled in wait.installed if target is code or target == code]
+            for guard_manager, compiled in ours:
+                if compat.precompile.passes(guard_manager, f_locals):
+                    self.stats.add(dynamo_frames_served=1, dynamo_flight_wait_seconds=time.monotonic() - t0)
+                    self.stats.frames(wait.label, served=1)
+                    return guard_manager, compiled
+            if ours:  # the owner compiled this frame for other inputs: nothing more is coming for these
+                self.stats.add(dynamo_flight_traced=1)
+                return None
+            if finished and wait.reloaded:
+                self._give_up(package, wait, "the owner finished (or exited) without compiling this frame")
+                return None
+            if time.monotonic() - progress > self.wait_s:
+                self._give_up(package, wait, f"the owner published nothing for {self.wait_s:.0f} s")
+                return None
+            time.sleep(POLL_S)  # polled: another process's files, with nothing to wait on
+
+    def _give_up(self, package: Any, wait: _Wait, why: str) -> None:
+        self._waiting.pop(package, None)
+        wait.claim.stop_waiting()
+        self.stats.add(dynamo_flight_gave_up=1)
+        log.info("raycompile: %s: tracing it here: %s", wait.label, why)
