@@ -13,10 +13,11 @@ the model's build, ``raycompile.enable()`` and the first call apart:
 - stock warm: the same node again (FX-graph cache hit);
 - Mega-Cache, fresh node: empty caches, ``load_cache_artifacts`` of that Mega-Cache, then the call;
 - farm cold (default settings, joining the running Ray cluster; shared tier ``file://`` or
-  ``ray://head``);
-- farm warm, fresh node: empty local raycompile, Inductor and Triton caches, the same shared tier;
-- frames cold / frames warm, fresh node: the same two with ``RAYCOMPILE_DYNAMO_CACHE=1`` (compiled
-  frames in the tiers: the warm node skips Dynamo, AOTAutograd and lowering).
+  ``ray://head``): compiled frames and kernels go to the tiers;
+- farm warm, fresh node: empty local raycompile, Inductor and Triton caches, the same shared tier
+  (the warm node loads the compiled frames: no Dynamo, AOTAutograd or lowering);
+- kernels cold / kernels warm, fresh node: the same two with ``RAYCOMPILE_DYNAMO_CACHE=0`` (only
+  the kernels are shared, as before compiled frames were on by default).
 
 "compile s" is what compiling costs a case, with the imports and the model's build counted apart:
 ``enable()`` (frames cases: it imports Dynamo, which stock imports in ``torch.compile``), the
@@ -56,7 +57,7 @@ PREFILL = ("import torch, transformers, ray, raycompile, torch._dynamo, torch._i
            "torch._inductor.runtime.triton_heuristics, torch._inductor.codegen.triton; "
            "from transformers import GPT2LMHeadModel, MixtralForCausalLM, BertForMaskedLM")
 CASES = ("stock-cold", "stock-warm", "megacache", "farm-cold-file", "farm-warm-file", "farm-cold-head",
-         "farm-warm-head", "frames-cold-file", "frames-warm-file")
+         "farm-warm-head", "kernels-cold-file", "kernels-warm-file")
 
 
 # -- the child: one case, one process ---------------------------------------------------------------
@@ -85,6 +86,13 @@ def build(model: str, device: str) -> tuple[Any, tuple[Any, ...]]:
                             num_local_experts=8, num_experts_per_tok=2, vocab_size=8192,
                             max_position_embeddings=1024)
         m = MixtralForCausalLM(cfg)
+    elif model == "llama":  # 1B-class (Llama 3.2 1B's shape; a 32k vocabulary)
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cfg = LlamaConfig(hidden_size=2048 if gpu else 128, intermediate_size=8192 if gpu else 256,
+                          num_hidden_layers=16 if gpu else 2, num_attention_heads=32 if gpu else 4,
+                          num_key_value_heads=8 if gpu else 2, vocab_size=32000, max_position_embeddings=2048)
+        m = LlamaForCausalLM(cfg)
     elif model == "bert":
         from transformers import BertConfig, BertForMaskedLM
 
@@ -92,7 +100,7 @@ def build(model: str, device: str) -> tuple[Any, tuple[Any, ...]]:
                          intermediate_size=3072 if gpu else 512, vocab_size=8192)
         m = BertForMaskedLM(cfg)
     else:
-        raise SystemExit(f"unknown model {model!r}: gpt2, mixtral or bert")
+        raise SystemExit(f"unknown model {model!r}: gpt2, mixtral, llama or bert")
     m = m.to(device=device, dtype=dtype).train()
     ids = torch.randint(0, 8192, (batch, seq), device=device)
 
@@ -104,13 +112,20 @@ def build(model: str, device: str) -> tuple[Any, tuple[Any, ...]]:
     return step, (ids,)
 
 
+def _graphs_traced() -> int:
+    """Graphs Dynamo traced in this process (its own counter)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def child(case: str, model: str, device: str, megacache: str) -> None:
     t0 = time.perf_counter()
     import torch
     import transformers  # noqa: F401 - counted with the imports
 
     t_import = time.perf_counter() - t0
-    farm = case.startswith(("farm", "frames"))
+    farm = case.startswith(("farm", "kernels"))
     profile_to = os.environ.get("OVERHEAD_PROFILE")
     profiler = None
     if profile_to:
@@ -173,6 +188,8 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
         "frames_loaded": stats.get("dynamo_frames_loaded"), "frames_traced": stats.get("dynamo_frames_traced"),
         "frames_published": stats.get("dynamo_published"), "frames_unsaveable": stats.get("dynamo_unsaveable"),
         "frames_stats": {k: v for k, v in stats.items() if k.startswith("dynamo_")},
+        "ray_begun": (stats.get("ray_start_seconds") or {}).get("begun"),
+        "graphs_traced": _graphs_traced(),
         "stats": stats, "report": report,
     }), flush=True)
 
@@ -185,8 +202,8 @@ def run_case(case: str, model: str, device: str, env: dict[str, str], megacache:
     """One case in a new process. ``sample``: (py-spy binary, output prefix): the case runs under
     ``py-spy record --threads --idle`` (every thread's stacks, waits included, in the order sampled:
     speedscope JSON; ``benchmarks/timeline.py`` reads it)."""
-    if case.startswith("frames"):
-        env = {**env, "RAYCOMPILE_DYNAMO_CACHE": "1"}
+    if case.startswith("kernels"):
+        env = {**env, "RAYCOMPILE_DYNAMO_CACHE": "0"}
     cmd = [sys.executable, __file__, "--child", case, "--models", model, "--device", device, "--megacache", megacache]
     if sample:
         from timeline import sampled  # next to this script
@@ -263,13 +280,13 @@ def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray
                            "RAYCOMPILE_SHARED_CACHE": f"file://{work / model / 'shared'}"},
         "farm-cold-head": {**fresh(work, f"{model}-farm-head-a"), **ray_env, "RAYCOMPILE_SHARED_CACHE": "ray://head"},
         "farm-warm-head": {**fresh(work, f"{model}-farm-head-b"), **ray_env, "RAYCOMPILE_SHARED_CACHE": "ray://head"},
-        "frames-cold-file": {**fresh(work, f"{model}-frames-a"), **ray_env,
-                             "RAYCOMPILE_SHARED_CACHE": f"file://{work / model / 'shared-frames'}"},
-        "frames-warm-file": {**fresh(work, f"{model}-frames-b"), **ray_env,
-                             "RAYCOMPILE_SHARED_CACHE": f"file://{work / model / 'shared-frames'}"},
+        "kernels-cold-file": {**fresh(work, f"{model}-kernels-a"), **ray_env,
+                              "RAYCOMPILE_SHARED_CACHE": f"file://{work / model / 'shared-kernels'}"},
+        "kernels-warm-file": {**fresh(work, f"{model}-kernels-b"), **ray_env,
+                              "RAYCOMPILE_SHARED_CACHE": f"file://{work / model / 'shared-kernels'}"},
     }
     if profile:
-        envs["frames-warm-file"]["OVERHEAD_PROFILE"] = f"{profile}_{model}_frames_profile.txt"
+        envs["farm-warm-file"]["OVERHEAD_PROFILE"] = f"{profile}_{model}_frames_profile.txt"
     out = {}
     cold = [c for c in CASES if "cold" in c]  # every cold case before the warm ones that read them
     if farm_first:
@@ -284,7 +301,8 @@ def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray
                   f"enable {r['enable_s']:.2f}, load {r['load_s']:.2f}, build {r['build_s']:.2f}, "
                   f"first call {r['call_s']:.2f}, of which torch.compile {r['torch_compile_s']:.2f})  jobs {_jobs(r)}  "
                   f"fallbacks {r['fallbacks']}  shared hits {r['shared_hits']}  frames loaded {r['frames_loaded']} "
-                  f"traced {r['frames_traced']}  loss {r['loss']:.6f}", flush=True)
+                  f"traced {r['frames_traced']}  graphs traced {r['graphs_traced']}  Ray begun "
+                  f"{r['ray_begun']}  loss {r['loss']:.6f}", flush=True)
     return out
 
 

@@ -49,6 +49,8 @@ COUNTERS = (
     # compiled frames (settings.dynamo_cache)
     "dynamo_hits", "dynamo_misses", "dynamo_frames_loaded", "dynamo_frames_traced", "dynamo_published",
     "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full", "dynamo_unsaveable", "dynamo_write_failed",
+    # single flight among a node's processes (wrapper/flights.py)
+    "dynamo_frames_served", "dynamo_flight_traced", "dynamo_flight_gave_up", "dynamo_flight_wait_seconds",
     # whole-graph compiles on the cluster (settings.graph_compiles)
     "graphs_sent", "graphs_backward_deferred", "graphs_backward_early", "graphs_forward_here", "graphs_refused",
     "graphs_failed", "graph_kernel_jobs", "graph_workers_warmed", "graph_compile_seconds", "graph_wait_seconds",

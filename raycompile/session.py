@@ -108,7 +108,7 @@ class Session:
         # single flight among the processes sharing this node's cache dir (a job's ranks)
         inflight = InFlight(os.path.join(self.cache_root, "flights"), self.cache.local) if self.cache.local else None
         self.frames = FrameCache(self.cache, self.stats, self.install, OUTPUT_MODULE_TAG, on_miss=on_miss,
-                                 inflight=inflight, flight_wait_s=self.settings.graph_timeout_s)
+                                 inflight=inflight, flight_wait_s=self.settings.job_timeout_s)
         self.frames.install_at_compile()
 
     def _cap(self) -> int | None:
@@ -166,6 +166,8 @@ class Session:
         if self.startup is not None:
             self.startup.begin()
         self.install()
+        if self.hooks is not None:
+            self.hooks.router.compiling.set()
 
     def install(self) -> None:
         """Install the Inductor hooks and the autotuning hooks (once; the gate calls this at every

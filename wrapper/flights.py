@@ -65,7 +65,12 @@ class Flights:
     def claim(self, key: str, sid: str, label: str, package: Any, reload: Callable[[], Any | None]) -> bool:
         """Claim ``key``'s compile: True when this process compiles it (the owner), False when it
         waits on another process's (its frames are then served by ``serve``; ``reload`` finds the
-        entry the owner wrote, where its frames in flight lack one)."""
+        entry the owner wrote, where its frames in flight lack one). A function this process
+        compiles already (again after ``torch._dynamo.reset()``, say) is compiled again here, as stock does."""
+        with self._lock:
+            mine = any(claim.key == key for claim in self._owned.values())
+        if mine:
+            return True
         claim = self.inflight.claim(key)
         if claim.role == OWNER:
             with self._lock:
@@ -141,6 +146,16 @@ class Flights:
         t0 = time.monotonic()
         progress = t0
         while True:
+            # what is installed first: each install deserializes every frame the owner compiled so
+            # far, so a newer flight is read only when the installed one lacks this frame.
+            # By value: installing a newer flight makes the resume functions' code objects anew,
+            # while the frame asking runs the one installed before.
+            ours = [(gm, compiled) for target, gm, compiled in wait.installed if target is code or target == code]
+            for guard_manager, compiled in ours:
+                if compat.precompile.passes(guard_manager, f_locals):
+                    self.stats.add(dynamo_frames_served=1, dynamo_flight_wait_seconds=time.monotonic() - t0)
+                    self.stats.frames(wait.label, served=1)
+                    return guard_manager, compiled
             blob, finished = wait.claim.latest()
             entry = None
             if blob is None and finished and not wait.reloaded:  # it is done: its entry is in the tiers
@@ -154,14 +169,7 @@ class Flights:
                 except Exception as e:  # noqa: BLE001 - what does not install here is traced here
                     self._give_up(package, wait, f"the owner's frames do not install here ({type(e).__name__}: {e})")
                     return None
-            # by value: installing a newer flight makes the resume functions' code objects anew, while
-            # the frame asking runs the one installed before
-            ours = [(gm, compiled) for target, gm, compiled in wait.installed if target is code or target == code]
-            for guard_manager, compiled in ours:
-                if compat.precompile.passes(guard_manager, f_locals):
-                    self.stats.add(dynamo_frames_served=1, dynamo_flight_wait_seconds=time.monotonic() - t0)
-                    self.stats.frames(wait.label, served=1)
-                    return guard_manager, compiled
+                continue
             if ours:  # the owner compiled this frame for other inputs: nothing more is coming for these
                 self.stats.add(dynamo_flight_traced=1)
                 return None

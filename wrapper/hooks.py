@@ -62,6 +62,9 @@ class Router:
         self._stock_submit = stock_submit
         self._warned = False
         self._pool_warming = False
+        # set by the session when a graph compile starts (Inductor's backend called): Inductor's
+        # readiness probe also comes from output modules loading (compiled frames), where nothing compiles
+        self.compiling = threading.Event()
         self._lock = threading.Lock()
         self._own_io = io is None  # else the session's, which it shuts down
         self._io = io or concurrent.futures.ThreadPoolExecutor(self.IO_THREADS, thread_name_prefix="raycompile-io")
@@ -111,6 +114,8 @@ class Router:
         process that imports torch, then its workers) started only at the first kernel job, on the
         compile's critical path. Where the answer needs the farm (``compile_jobs="auto"`` joining a
         cluster), it is waited for on an I/O thread; a node whose jobs go to Ray starts nothing."""
+        if not self.compiling.is_set():  # a module loading, not a compile: no pool, no Ray
+            return
         with self._lock:
             if self._pool_warming:
                 return

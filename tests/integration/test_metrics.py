@@ -47,7 +47,7 @@ def scrape(port: int) -> dict[Series, float]:
     """This process's raycompile series on the node's /metrics page, keyed by our tags."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         text = r.read().decode()
-    ours = ("pid", "tier", "scope", "node", "host", "gpu")
+    ours = ("pid", "tier", "scope", "node", "host", "gpu", "path")
     found: dict[Series, float] = {}
     for line in text.splitlines():
         m = SAMPLE.match(line)
@@ -83,6 +83,9 @@ def expected(stats: dict[str, Any]) -> dict[Series, float]:
             for node, count in stats["nodes"].items()}
     out |= {("ray_raycompile_gpu_benchmarks_total", frozenset({("gpu", gpu)})): count
             for gpu, count in stats["gpus"].items()}
+    out |= {("ray_raycompile_frames_total", frozenset({("path", path)})): stats[f"dynamo_frames_{path}"]
+            for path in ("loaded", "traced")}
+    out[("ray_raycompile_frame_entries_published_total", frozenset())] = stats["dynamo_published"]
     return {series: value for series, value in out.items() if value}
 
 

@@ -95,7 +95,8 @@ def test_on_off_on_gives_equal_outputs_and_restores_stock(local_ray: None) -> No
     outs = []
     for on in (True, False, True):
         if on:
-            raycompile.enable()
+            # compiled frames off: the third round must compile again (not load the first's frames)
+            raycompile.enable(dynamo_cache=False)
             raycompile.ready()  # the hooks are installed at the first compile, or by ready()
             assert compat.wrapper_codegen_for("cpu") is FarmWrapperCodegen
             assert compat.wrapper_codegen_for("cuda") is FarmWrapperCodegen

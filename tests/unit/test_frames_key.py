@@ -39,11 +39,14 @@ class Recorder:
         self.frames = FrameCache(None, Stats(), lambda: None, CACHE_KEY_TAG)  # type: ignore[arg-type]
         self.keys: list[str | None] = []
 
-    def load(self, fn: Any, options: dict[str, Any] | None) -> None:
+    def load(self, fn: Any, options: dict[str, Any] | None, package: Any = None) -> None:
         self.keys.append(None if options is None else frames_key(self.frames.identity(fn, options)))
 
     def saves(self, options: dict[str, Any]) -> bool:
         return True
+
+    def serve(self, package: Any, code: Any, f_locals: Any) -> None:
+        return None
 
     def traced(self, source_id: str) -> None: ...
 

@@ -25,6 +25,7 @@ WEAKREF_ALIVE stays unsupported (a frame with one is not saved, as in stock). Ch
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import contextvars
 import enum
@@ -305,18 +306,65 @@ def keep_builtins(manager: Any, guards: Any, output_graph: Any) -> None:
 _LOADING: contextvars.ContextVar[dict[Any, Any] | None] = contextvars.ContextVar("raycompile_loading", default=None)
 
 
-def compile_time_values(builder: Any) -> dict[Any, Any]:
-    """What each guard's source evaluated to when the frame was compiled ({source: value}, tensors
-    left out: the pickled scope holds them as they were). torch rebuilds a loaded frame's guards by
-    evaluating their sources again, and a path through an object that is the loading process's own
-    (a class, a module) then reads that object as it is at load, not as it was compiled: a guard on
-    ``type(G['op']).__call__.__code__`` would expect whatever ``__call__`` is now and pass for it.
-    The loading builder reads these instead (``identities_saved``), so every guard expects the
-    compile-time value: by reference (the loading process's equal object, else a sentinel) or a copy."""
-    import torch
+# guards whose expectation is read off their source's value when torch builds them
+_STASHED = IDENTITY | {"CONSTANT_MATCH", "EQUALS_MATCH", "BOOL_MATCH", "NONE_MATCH", "TYPE_MATCH"}
+_EXPECT_VALUE = IDENTITY | {"CONSTANT_MATCH", "EQUALS_MATCH", "BOOL_MATCH", "NONE_MATCH"}
 
-    return {source: value for source, value in builder.src_get_value_cache.items()
-            if not isinstance(value, torch.Tensor)}
+
+def compile_time_values(builder: Any, guards: Any) -> dict[Any, Any]:
+    """What each guard's source evaluated to when the frame was compiled ({source: value}). torch
+    rebuilds a loaded frame's guards by evaluating their sources again, and a path through an
+    object that is the loading process's own (a class, a module) then reads that object as it is at
+    load, not as it was compiled: a guard on ``type(G['op']).__call__.__code__`` would expect
+    whatever ``__call__`` is now and pass for it. The loading builder reads these instead
+    (``identities_saved``), so every guard expects the compile-time value: by reference (the
+    loading process's equal object, else a sentinel) or a copy.
+
+    Left out: tensors and modules (the pickled scope holds them as they were compiled); a value
+    that does not pickle, where its guard reads only its type, or where it is an attribute of a
+    class or module (whose identity its own guard holds: ``ABC._abc_impl``). Any other guard whose
+    expected value does not pickle raises PackageError: that frame is not saved."""
+    import io
+
+    import torch
+    from torch._dynamo.exc import PackageError
+    from torch._dynamo.guards import GuardsStatePickler
+
+    out: dict[Any, Any] = {}
+    for guard in guards:
+        kinds = {guard.create_fn_name(), *(guard.guard_types or ())}
+        if not kinds & _STASHED:
+            continue
+        source = guard.originating_source
+        try:
+            value = builder.get(source)  # the build's own cache: what it read at compile time
+        except Exception:  # noqa: BLE001 - a value torch does not read back (hasattr guards): none to keep
+            continue
+        if isinstance(value, (torch.Tensor, torch.nn.Module)):
+            continue
+        try:
+            GuardsStatePickler(builder.guard_tree_values, {}, {}, io.BytesIO()).dump(value)
+        except Exception as e:  # noqa: BLE001 - whatever pickle raises
+            base = getattr(source, "base", None)
+            owner = _value_or_none(builder, base) if base is not None else None
+            if kinds & _EXPECT_VALUE and not isinstance(owner, (type, types.ModuleType)):
+                raise PackageError(f"the value its guard on {guard.name} expects does not pickle "
+                                   f"({type(e).__name__}: {e})") from e
+            continue
+        out[source] = value
+    return out
+
+
+def _value_or_none(builder: Any, source: Any) -> Any:
+    try:
+        return builder.get(source)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+# classes of the types module that pickle cannot find by name (builtins has no ``function``)
+_TYPES_BY_NAME = {v: k for k, v in vars(types).items()
+                  if isinstance(v, type) and getattr(builtins, v.__name__, None) is not v}
 
 
 def never(reason: str) -> Any:
@@ -345,7 +393,7 @@ def identities_saved(unbuilt: Callable[[str], None]) -> Iterator[None]:
     stock_get = guards.GuardBuilder.__dict__["get"]
 
     def pickle_guards_state(state: Any, builder: Any) -> bytes:
-        state._raycompile_values = compile_time_values(builder)
+        state._raycompile_values = compile_time_values(builder, state.output_graph._guards)
         return stock_pickle_state(state, builder)
 
     def get(self: Any, guard_or_source: Any, closure_vars: Any = None) -> Any:
@@ -367,6 +415,8 @@ def identities_saved(unbuilt: Callable[[str], None]) -> Iterator[None]:
             return _class_attr, (obj.__objclass__, obj.__name__)
         if isinstance(obj, types.MethodWrapperType):
             return getattr, (obj.__self__, obj.__name__)
+        if isinstance(obj, type) and obj in _TYPES_BY_NAME:  # types.FunctionType and kin
+            return getattr, (types, _TYPES_BY_NAME[obj])
         if isinstance(obj, types.CodeType) and getattr(obj, "co_qualname", None):
             module = _module_of(obj)
             if module is not None:

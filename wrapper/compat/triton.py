@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ...cache import keys
+from ...cache import keys, write_atomic
 from ...errors import UnknownArchError
 from ._base import Seams
 
@@ -296,6 +296,65 @@ def driver_triton_cache_dir(device_index: int) -> str:
     from torch._inductor.runtime.runtime_utils import triton_cache_dir
 
     return os.environ.get("TRITON_CACHE_DIR") or triton_cache_dir(device_index)
+
+
+# --- Triton's own helper modules ------------------------------------------------------------------
+# Triton compiles a small C module the first time its driver starts in a Triton cache dir
+# (``cuda_utils``: triton/runtime/build.py ``compile_module_from_src``, ``<sha256 of source and
+# platform>/<name><EXT_SUFFIX>``), 0.5-0.7 s on the GPU machine: on a warm start from an empty cache
+# that is a fifth of the first call. Compiled frames carry them, so a node that loads them does not.
+_HELPER_KEY = re.compile(r"^[0-9a-f]{64}$")
+HELPER_BLOB = "triton-helper:"  # blob name prefix: triton-helper:<key>/<file name>
+
+
+def _helper_dirs() -> list[str]:
+    dirs = [driver_triton_cache_dir(0)]
+    try:
+        from triton import knobs
+
+        dirs.append(str(knobs.cache.dir))
+    except (ImportError, AttributeError):  # an older triton: its cache dir is the env's, or the default
+        dirs.append(os.path.join(os.path.expanduser("~"), ".triton", "cache"))
+    return list(dict.fromkeys(d for d in dirs if d))
+
+
+def helper_modules() -> dict[str, bytes]:
+    """The compiled helper modules in this process's Triton cache dirs, as blobs
+    (``triton-helper:<key>/<file name>``)."""
+    out: dict[str, bytes] = {}
+    for root in _helper_dirs():
+        try:
+            groups = [g for g in os.listdir(root) if _HELPER_KEY.match(g)]
+        except OSError:
+            continue
+        for group in groups:
+            try:
+                names = [n for n in os.listdir(os.path.join(root, group)) if n.endswith(".so")]
+            except OSError:
+                continue
+            for name in names:
+                with open(os.path.join(root, group, name), "rb") as f:
+                    out[f"{HELPER_BLOB}{group}/{name}"] = f.read()
+    return out
+
+
+def install_helper_modules(blobs: dict[str, bytes]) -> int:
+    """Put helper modules (blobs of ``helper_modules``, from a signed entry) where this process's
+    Triton looks for them, unless they are there; returns how many were written."""
+    written = 0
+    for blob, data in blobs.items():
+        if not blob.startswith(HELPER_BLOB):
+            continue
+        group, _, name = blob[len(HELPER_BLOB):].partition("/")
+        if not _HELPER_KEY.match(group) or not name.endswith(".so") or "/" in name:
+            continue
+        for root in _helper_dirs():
+            path = os.path.join(root, group, name)
+            if not os.path.exists(path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                write_atomic(path, data)
+                written += 1
+    return written
 
 
 # --- ptxas ---------------------------------------------------------------------------------------
