@@ -6,10 +6,10 @@ in flight).
 
 - ``claim`` (``wrapper/frames.py``, at ``torch.compile``'s lookup that found nothing): the owner
   compiles as usual; a waiter's ``torch.compile`` returns at once, as stock's does.
-- The owner publishes what it compiled so far after each frame it traced, and from a watcher
-  thread whenever a waiter has appeared since (each frame complete: its backward is compiled with
-  its forward), before that frame runs: its first step may wait in a collective on the waiters'
-  ranks, so waiting for the whole step would wait forever.
+- The owner's watcher thread publishes what it compiled so far shortly after each frame it traced,
+  and whenever a waiter has appeared since (each frame complete: its backward is compiled with its
+  forward): the owner's first step may wait in a collective on the waiters' ranks, so waiting for
+  the whole step would wait forever; a frame blocked there leaves the watcher free to publish it.
 - A waiter's frame (``serve``, where Dynamo would trace it) waits for the owner's frames, installs
   them, and runs the one whose guards its inputs pass. It traces the frame itself, counted, when
   the owner compiled that frame for other inputs, finished without it, died (its lock is free), or
@@ -34,6 +34,7 @@ log = logging.getLogger("raycompile.frames")
 
 POLL_S = 0.05  # how often a waiter looks for the owner's next frames
 WATCH_S = 0.25  # how often an owner looks for waiters that came after its last frame
+COALESCE_S = 0.2  # after a traced frame, how long the owner's watcher waits for the next before publishing
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Flights:
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a frame was traced: publish soon
 
     # -- both ---------------------------------------------------------------------------------------
 
@@ -102,10 +104,12 @@ class Flights:
     # -- the owner ---------------------------------------------------------------------------------
 
     def traced(self, sid: str) -> None:
-        """The owner traced a frame: publish it now if anyone waits."""
-        claim = self._owned.get(sid)
-        if claim is not None and claim.waiters():
-            self._publish(sid, claim)
+        """The owner traced a frame: the watcher publishes it (if anyone waits) off the compiling
+        thread, after the frames traced right after it (one publish serializes every frame so far).
+        A frame that then waits in a collective on the waiters' ranks releases the GIL and Dynamo's
+        lock to the watcher, so they get it before that collective can complete."""
+        if sid in self._owned:
+            self._wake.set()
 
     def finished(self, sid: str) -> None:
         """``sid``'s entry is in the tiers: its flight is over."""
@@ -122,7 +126,10 @@ class Flights:
             self._watcher.start()
 
     def _watch_loop(self) -> None:
-        while not self._stop.wait(WATCH_S):
+        while not self._stop.is_set():
+            if self._wake.wait(WATCH_S):
+                self._wake.clear()
+                time.sleep(COALESCE_S)  # the frames traced right after go into the same publish
             with self._lock:
                 owned = list(self._owned.items())
             if not owned:

@@ -70,7 +70,8 @@ def test_three_ranks_compile_once(cluster: str, tmp_path: pathlib.Path) -> None:
         if role == "owner":
             assert s["dynamo_frames_traced"] == 2 and r["torch_traced"] == 2 and s["dynamo_frames_served"] == 0, s
         else:  # nothing traced (torch's own counter), both frames run as the owner compiled them
-            assert r["torch_traced"] == 0 and s["dynamo_frames_traced"] == 0 and s["dynamo_frames_served"] == 2, {
+            # (the resume frame may run straight from the owner's frames installed with the first)
+            assert r["torch_traced"] == 0 and s["dynamo_frames_traced"] == 0 and s["dynamo_frames_served"] >= 1, {
                 k: v for k, v in s.items() if k.startswith("dynamo") or k.startswith("jobs")}
             assert s["dynamo_flight_gave_up"] == 0 and s["jobs"] + s["jobs_local"] == 0, s
         assert equal(r["result"], stock["stock"])  # bitwise stock Inductor's loss and gradients
