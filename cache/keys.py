@@ -24,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 KEY_VERSION = 1  # bump when the layout of what is cached changes
@@ -57,7 +59,49 @@ def kernel_key(
         "arch": arch,
         "settings": {k: repr(settings[k]) for k in sorted(settings)},
     }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+    _remember(key, {"kind": kind, "source": _digest(doc["sources"]), "torch": torch_version,
+                    "triton": triton_version, "toolchain": ptxas_version, "arch": arch,
+                    **{f"option {k}": v for k, v in doc["settings"].items()}})
+    return key
+
+
+# --- what a key was made of (`raycompile explain`) -----------------------------------------------
+# Each key this process makes is remembered with its parts: the inputs of the key as short texts
+# (versions, arch, options as they are; sources and configs as digests). Entries carry their
+# key's parts in their manifest (signed with it), so a miss can be set against the entries a tier
+# holds: which part differs from the nearest one.
+
+PARTS_KEPT = 8192  # the newest keys' parts this process remembers
+_parts: OrderedDict[str, dict[str, str]] = OrderedDict()
+_parts_lock = threading.Lock()
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+
+
+def _remember(key: str, parts: dict[str, str]) -> None:
+    with _parts_lock:
+        _parts[key] = parts
+        _parts.move_to_end(key)
+        while len(_parts) > PARTS_KEPT:
+            _parts.popitem(last=False)
+
+
+def parts_of(key: str) -> dict[str, str] | None:
+    """What ``key`` was made of, if this process made it (recently); generations of a compiled
+    function's entry (``BASE.gN``) answer with their base's."""
+    with _parts_lock:
+        found = _parts.get(key)
+        if found is None and ".g" in key:
+            found = _parts.get(key.rsplit(".g", 1)[0])
+        return dict(found) if found is not None else None
+
+
+def differing(a: Mapping[str, str], b: Mapping[str, str]) -> list[str]:
+    """The names of the parts in which two keys' parts differ (present in one only included)."""
+    return sorted(name for name in set(a) | set(b) if a.get(name) != b.get(name))
 
 
 def triton_key(source: str, torch_version: str, triton_version: str, ptxas_version: str,
@@ -104,7 +148,26 @@ def frames_key(identity: Mapping[str, object]) -> str:
     function and its module source, the model it closes over, the compile options, the configs and
     the versions and GPU (any JSON-able mapping; equal mappings give equal keys)."""
     doc = {"v": KEY_VERSION, "kind": "dynamo-frames", "identity": identity}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=repr).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps(doc, sort_keys=True, default=repr).encode()).hexdigest()
+    _remember(key, _frames_parts(identity))
+    return key
+
+
+def _frames_parts(identity: Mapping[str, object]) -> dict[str, str]:
+    """A compiled function's key parts: each section of its identity, one level down where that
+    names something a user can act on (a version, the GPU, one compile option, one config)."""
+    out: dict[str, str] = {"kind": "dynamo-frames"}
+    for name, value in identity.items():
+        if isinstance(value, Mapping) and name in ("system", "options", "config", "function"):
+            for sub, v in value.items():
+                if v is None or isinstance(v, (bool, int, float)):
+                    text = str(v)
+                else:
+                    text = v if isinstance(v, str) and len(v) <= 80 else _digest(v)
+                out[f"{name} {sub}"] = text
+        else:
+            out[name] = _digest(value)
+    return out
 
 
 def frames_generation(base: str, generation: int) -> str:

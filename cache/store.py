@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -240,6 +241,16 @@ class FileTier:
                 out.append((mtime, size, key))
         return out
 
+    def manifests(self) -> Iterator[tuple[str, bytes]]:
+        """(key, manifest bytes) of every entry, unverified (``raycompile explain`` reads their
+        key parts; nothing is unpickled)."""
+        for _, _, key in self.entries():
+            try:
+                with open(os.path.join(self._dir(key), "manifest.json"), "rb") as f:
+                    yield key, f.read()
+            except OSError:
+                continue
+
     def _account(self, added: int) -> None:
         if self.max_bytes is None:
             return
@@ -316,6 +327,19 @@ class RedisTier:
             except redis.RedisError:
                 pass
         return result
+
+    def manifests(self) -> Iterator[tuple[str, bytes]]:
+        """(key, manifest bytes) of every entry, unverified; nothing when the server is unreachable."""
+        import redis
+
+        prefix = "raycompile:entry:"
+        try:
+            for name in self._client.scan_iter(match=f"{prefix}*", count=1000):
+                manifest = self._client.hget(name, "__manifest__")
+                if manifest:
+                    yield name.decode()[len(prefix):], manifest
+        except redis.RedisError as e:
+            self._unavailable(e)
 
     def put(self, entry: Entry) -> int:
         import redis

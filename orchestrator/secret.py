@@ -86,6 +86,12 @@ class ClusterProbe:
                                       stderr=subprocess.DEVNULL)
 
         def answer() -> dict[str, Any]:
+            from .connect import answers
+
+            why = answers(address, timeout_s) if address else None
+            if why is not None:  # refused at once: Ray's client would retry until its time-out
+                self.close()
+                return {"error": f"the cluster's GCS at {address}: {why}"}
             try:
                 out, _ = self._proc.communicate(request, timeout=timeout_s)
             except subprocess.TimeoutExpired:

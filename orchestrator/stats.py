@@ -10,6 +10,8 @@ from typing import Any
 
 from ..kernels import Failed, Result
 
+MISSES_KEPT = 2000  # misses kept per session for raycompile.explain()
+
 
 @dataclass(frozen=True)
 class JobRecord:
@@ -91,6 +93,7 @@ class Stats:
         self.dynamo_flight_gave_up = 0  # waits given up (the owner died, finished without it, or stalled)
         self.dynamo_functions: dict[str, dict[str, Any]] = {}  # function -> its path and frame counts
         self.dynamo_unsaveable_reasons: Counter[str] = Counter()  # why frames were not saved (torch's words)
+        self.missed_keys: list[tuple[str, str]] = []  # (label, key) of lookups that missed: raycompile.explain()
         # whole-graph compiles on the cluster (settings.graph_compiles; wrapper/graphs.py)
         self.graphs_sent = 0  # graphs whose whole Inductor compile ran as a Ray task
         self.graphs_backward_deferred = 0  # of those, backward graphs waited for at their first call
@@ -160,6 +163,13 @@ class Stats:
         """Who compiled ``function`` among the node's processes that compiled it at once: this
         one ("owner"), or another one ("waiter": this one's frames were served from its compile)."""
         self.frames(function, role=role)
+
+    def missed(self, label: str, key: str) -> None:
+        """A lookup that missed every tier (a kernel compiled, a function traced): kept, the first
+        ``MISSES_KEPT``, for ``raycompile.explain()``."""
+        with self._lock:
+            if len(self.missed_keys) < MISSES_KEPT:
+                self.missed_keys.append((label, key))
 
     def unsaveable(self, why: str) -> None:
         """Count a compiled frame torch cannot save, by its reason (the first 20 reasons kept)."""

@@ -119,6 +119,16 @@ def stats() -> dict[str, Any]:
     return Stats().snapshot()
 
 
+def explain() -> list[str]:
+    """Why the current (or last) session's lookups missed: for each kernel compiled and each
+    function traced, the part of its key that differs from the nearest entry of the shared tier
+    (the local tier's without one): torch, triton or CUDA version, the GPU, an Inductor option,
+    the source, the signing secret. One line each. ``raycompile cache explain`` says the same in
+    another process, from the misses the last session kept in the cache dir."""
+    session = session_module.last()
+    return [e.text() for e in session.explain()] if session is not None else []
+
+
 def report() -> str:
     """A summary of the current (or last) session: jobs, cache hits per tier, dedupes, failures,
     seconds per node and the 10 slowest kernels. Its numbers are ``stats()``'s."""
@@ -134,5 +144,5 @@ def report() -> str:
 __all__ = [
     "AutotuneError", "AutotuneResult", "CompileError", "FarmUnavailableError", "KernelSourceError", "NoGPUError",
     "RaycompileError", "Session", "Settings", "SettingsError", "UnknownArchError", "VersionMismatchError", "autotune",
-    "disable", "enable", "enabled", "is_enabled", "ready", "report", "stats",
+    "disable", "enable", "enabled", "explain", "is_enabled", "ready", "report", "stats",
 ]

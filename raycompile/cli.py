@@ -67,6 +67,15 @@ def _parser() -> argparse.ArgumentParser:
 
     add_parser(sub)  # `cache ACTION`: its actions are subcommands of their own, each with --help
     add_parsers(sub)
+    from .cli_cache import EXAMPLES as CACHE_EXAMPLES
+    from .cli_cache import HELP as CACHE_HELP
+
+    ex = sub.add_parser("explain", help=CACHE_HELP["explain"] + " (as `cache explain`)",
+                        epilog=CACHE_EXAMPLES["explain"].replace("raycompile cache explain", "raycompile explain"),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ex.add_argument("--json", action="store_true", help="print the explanations as JSON")
+    ex.add_argument("--dir", help="the local tier (default: RAYCOMPILE_CACHE_DIR or ~/.cache/raycompile)")
+    ex.add_argument("--shared", metavar="URL", help="set the misses against this file:///path shared tier")
     return p
 
 
@@ -123,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(args.address, args.num_cpus)
-        if args.command == "cache":
+        if args.command in ("cache", "explain"):
             from .cli_cache import run
 
+            if args.command == "explain":
+                args.cache_command = "explain"
             return run(args)
         if args.command in ("precompile", "status"):
             from .cli_cluster import run_precompile, run_status

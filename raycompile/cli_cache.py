@@ -54,6 +54,12 @@ sessions evict least recently used entries beyond it; {ENV_CAP} wins when set.
   raycompile cache export cache.tar.gz    # then `cache import` it where RAYCOMPILE_SECRET is the same""",
     "import": """example:
   raycompile cache import cache.tar.gz    # each entry verified with this secret first; exit 1 if any is refused""",
+    "explain": """examples:
+  raycompile cache explain --shared file:///mnt/nfs/raycompile   # why the last session here missed
+  raycompile cache explain --json         # against the local tier, for machines
+each kernel the last session in this cache dir compiled, and each function it traced, with the part
+of its key that differs from the nearest entry of the tier: torch, triton or CUDA version, the GPU,
+an Inductor option, the source, the secret that signs it.""",
 }
 HELP = {
     "stats": "show the tier's entries, size and cap, and the hits, misses and errors sessions recorded",
@@ -64,6 +70,7 @@ HELP = {
     "clear": "remove every entry",
     "export": "write every entry to a tar.gz archive",
     "import": "add the entries of an archive that verify with this cluster's secret",
+    "explain": "say why the last session's lookups missed: the part of each key that differs from the nearest entry",
 }
 
 
@@ -79,6 +86,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parsers = {name: actions.add_parser(name, help=HELP[name], description=HELP[name][0].upper() + HELP[name][1:]
                                         + ".", epilog=EXAMPLES[name], formatter_class=raw) for name in HELP}
     parsers["stats"].add_argument("--json", action="store_true", help="print the statistics as JSON")
+    parsers["explain"].add_argument("--json", action="store_true", help="print the explanations as JSON")
     parsers["prune"].add_argument("--max-size", type=_size, metavar="SIZE",
                                   help="prune down to this size instead of the cap, e.g. 5G or 500Mi")
     parsers["set-max-size"].add_argument("size", type=_size, metavar="SIZE", help="e.g. 20G, 500Mi; 0: no cap")
@@ -150,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``raycompile cache ACTION``. Returns the exit status; raises SettingsError for bad
     usage (exit 2)."""
     action = {"stats": _stats, "zero-stats": _zero, "verify": _verify, "prune": _prune, "set-max-size": _set_cap,
-              "clear": _clear, "export": _export, "import": _import}[args.cache_command]
+              "clear": _clear, "export": _export, "import": _import, "explain": _explain}[args.cache_command]
     return action(args)
 
 
@@ -279,6 +287,34 @@ def _verify(args: argparse.Namespace) -> int:
     print(f"verified {len(entries)} entries with {expected}: {counts['ok']} ok, {counts['refused']} signed with "
           f"another secret, {counts['corrupt']} corrupt")
     return 1 if counts["refused"] or counts["corrupt"] else 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """The misses the last session in the local cache dir kept (cache/explain.py's MISSES_FILE),
+    each set against the tier's entries; exit 1 when there is no record of a session."""
+    from .cache import explain
+
+    path = os.path.join(_local_root(args), explain.MISSES_FILE)
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"no record of a session's misses at {path} ({e}); run a session with this cache dir first "
+              "(RAYCOMPILE_CACHE_DIR or --dir)", file=sys.stderr)
+        return 1
+    tier = _tier(args)
+    secrets = _known_keys(shared=bool(getattr(args, "shared", None)))
+    stored = explain.read(tier.manifests(), secrets)
+    found = explain.explain([(r["label"], r["key"], r.get("parts")) for r in rows], stored, next(iter(secrets)))
+    if args.json:
+        print(json.dumps([{"label": e.label, "key": e.key, "nearest": e.nearest, "differs": e.differs,
+                           "values": e.values, "signer": e.signer, "reason": e.reason} for e in found], indent=1))
+        return 0
+    where = getattr(args, "shared", None) or f"the local tier ({tier.root})"
+    print(f"{len(found)} lookups of the last session missed; set against {len(stored)} entries of {where}:")
+    for e in found:
+        print(f"  {e.text()}")
+    return 0
 
 
 def _known_keys(shared: bool) -> dict[str, bytes]:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import logging
 import os
 import threading
@@ -143,19 +144,34 @@ class Session:
         self.probe = ClusterProbe(target.address, target.source == "current-cluster file", self.user_key,
                                   self.settings.connect_timeout_s, self.io.submit)
         tier: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        settled = threading.Lock()
+
+        def settle(f: concurrent.futures.Future[Any]) -> None:
+            with settled:
+                if not tier.done():
+                    if f.exception() is None:
+                        tier.set_result(f.result())
+                    else:
+                        tier.set_exception(f.exception())  # type: ignore[arg-type]
 
         def answered(done: concurrent.futures.Future[dict[str, Any]]) -> None:
             got = done.result()
             if "secret" in got and not (url == "auto" and got["nodes"] > 1):
-                tier.set_result(shared_tier(url, got["secret"]) if url != "auto" else None)
+                made: concurrent.futures.Future[Any] = concurrent.futures.Future()
+                made.set_result(shared_tier(url, got["secret"]) if url != "auto" else None)
+                settle(made)
                 return
             # several nodes (auto: the head's tier), or the probe failed (Ray's start reports why)
             log.debug("raycompile: the shared tier waits for Ray (%s)", got.get("error", f"{got.get('nodes')} nodes"))
             startup.begin()
-            startup.shared.add_done_callback(lambda f: tier.set_result(f.result()) if f.exception() is None
-                                             else tier.set_exception(f.exception()))
+            startup.shared.add_done_callback(settle)
+
+        def start_failed(f: concurrent.futures.Future[Any]) -> None:
+            if startup.error is not None:  # Ray is not reachable: the probe cannot answer better (it
+                settle(f)  # would wait out its own time-out); the start's fallback tier, at once
 
         self.probe.future.add_done_callback(answered)
+        startup.shared.add_done_callback(start_failed)
         return DeferredTier(tier, startup.wait_s, waited)
 
     # -- the Inductor side, at the first compile ------------------------------------------------
@@ -167,7 +183,7 @@ class Session:
             self.startup.begin()
         self.install()
         if self.hooks is not None:
-            self.hooks.router.compiling.set()
+            self.hooks.router.start_compiling()
 
     def install(self) -> None:
         """Install the Inductor hooks and the autotuning hooks (once; the gate calls this at every
@@ -291,16 +307,52 @@ class Session:
 
         return summary(self.stats.snapshot(), self.stats.job_records(), self.node_names())
 
+    def misses(self) -> list[tuple[str, str, dict[str, str] | None]]:
+        """(label, key, the key's parts) of each lookup of this session that missed every tier."""
+        from .cache.keys import parts_of
+
+        return [(label, key, parts_of(key)) for label, key in list(self.stats.missed_keys)]
+
+    def explain(self) -> list[Any]:
+        """Each miss of this session set against the shared tier's entries (the local tier's
+        where there is no shared tier): ``cache.explain.Explained``, with the part of the key that
+        differs from the nearest entry. Reads every manifest of that tier: seconds for a large one."""
+        from .cache import explain
+
+        shared = self.cache.shared
+        tier = shared.tier(wait=False) if hasattr(shared, "tier") else shared  # a DeferredTier, up or not
+        if tier is None or not hasattr(tier, "manifests"):
+            tier = self.cache.local
+        if tier is None:
+            return []
+        name = f"the {tier.name} tier's secret"
+        stored = explain.read(tier.manifests(), {name: tier.secret})
+        return explain.explain(self.misses(), stored, name)
+
+    def _keep_misses(self) -> None:
+        """This session's misses, for `raycompile cache explain` in another process."""
+        from .cache.explain import MISSES_FILE
+        from .cache.files import write_atomic
+
+        rows = [{"label": label, "key": key, "parts": parts} for label, key, parts in self.misses()]
+        try:
+            write_atomic(os.path.join(self.cache_root, MISSES_FILE), json.dumps(rows).encode())
+        except OSError as e:
+            log.debug("raycompile: this session's misses not kept (%s)", e)
+
     def close(self) -> None:
         if self._closed:
             return
         with self._install_lock:
             self._closed = True
         self._gate.__exit__(None, None, None)
-        if self.frames is not None:  # writes what is left while the hooks and tiers are up
-            self.frames.close()
+        # last installed, first restored: the graph route (installed at the first compile) and
+        # compiled frames (at the first torch.compile, before it) both set AOTAutograd's
+        # force_non_lazy_backward_lowering, each restoring what it found
         if self.graphs is not None:
             self.graphs.close()
+        if self.frames is not None:  # writes what is left while the hooks and tiers are up
+            self.frames.close()
         if self._graph_tasks is not None:
             self._graph_tasks.close()
         if self._unbind is not None:
@@ -319,6 +371,7 @@ class Session:
         if self.startup is not None:
             self.startup.close()
         self.usage.record(self.stats.snapshot())  # `raycompile cache stats` adds up every session
+        self._keep_misses()
         if self.settings.trace:
             from .orchestrator.report import write_trace
 

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from .._version import __version__
-from ..cache import Cache, Entry
+from ..cache import Cache, Entry, keys
 from ..cache.inflight import InFlight
 from ..cache.keys import FRAMES_GENERATIONS, frames_generation, frames_key
 from . import compat
@@ -194,6 +194,7 @@ class FrameCache:
         if entry is not None:
             return entry
         self.stats.add(dynamo_misses=1)
+        self.stats.missed(f"compiled frames of {label}", base)
         if self.flights is not None and not self.flights.claim(base, sid, label, package, lambda: self._newest(known)):
             return None  # another process of this node compiles it: its frames are served as they come
         if self.on_miss is not None:
@@ -291,7 +292,7 @@ class FrameCache:
         helpers = compat.triton.helper_modules()
         self.cache.put(Entry(frames_generation(known.base, generation), {BLOB: blob, **helpers},
                              {"label": f"compiled frames of {known.label}", "frames": frames,
-                              "generation": generation}))
+                              "generation": generation, "parts": keys.parts_of(known.base) or {}}))
         known.next_generation, known.written_frames = generation + 1, frames
         self.stats.add(dynamo_published=1)
         self.stats.frames(known.label, generation=generation)

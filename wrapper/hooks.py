@@ -65,6 +65,7 @@ class Router:
         # set by the session when a graph compile starts (Inductor's backend called): Inductor's
         # readiness probe also comes from output modules loading (compiled frames), where nothing compiles
         self.compiling = threading.Event()
+        self._probed = False  # Inductor probed the pool already (it does so once per process)
         self._lock = threading.Lock()
         self._own_io = io is None  # else the session's, which it shuts down
         self._io = io or concurrent.futures.ThreadPoolExecutor(self.IO_THREADS, thread_name_prefix="raycompile-io")
@@ -93,6 +94,7 @@ class Router:
         job = triton_job_for(fn, args, self.versions)
         if job is None:
             if compat.is_readiness_probe(fn):
+                self._probed = True
                 self._warm_stock_pool()
                 ready: Future[Any] = Future()
                 ready.set_result(fn(*args))
@@ -104,6 +106,14 @@ class Router:
         if self.on_triton_job is not None:
             self.on_triton_job()  # on Inductor's thread: it reads the compile's config
         return self._route(job, lambda: self._stock_process_pool().submit(fn, *args))
+
+    def start_compiling(self) -> None:
+        """A graph compile starts (the session's gate on Inductor's backend). Inductor probes its
+        pool once per process; where that probe came from a module loading (nothing compiled then,
+        so nothing started), the pool is warmed now."""
+        self.compiling.set()
+        if self._probed:
+            self._warm_stock_pool()
 
     def _warm_stock_pool(self) -> None:
         """Start Inductor's own compile workers now where this node's compiles will run in them.
@@ -179,6 +189,8 @@ class Router:
             key = job.key if self.cache is not None else ""
             if key and self._reuse(key, job, out):
                 return
+            if key:
+                self.stats.missed(job.label, key)
             if self._compiles_here(None):  # no Ray needed: not even waited for
                 self._compile_here(job, out, local, key)
                 return

@@ -108,4 +108,8 @@ def to_entry(result: Built) -> Entry:
     blobs = keys.from_paths(result.files, compat.inductor_cache_dir())
     if result.payload:
         blobs[keys.PAYLOAD] = result.payload
-    return Entry(result.key, blobs, {"label": result.label, "seconds": result.seconds})
+    meta: dict[str, Any] = {"label": result.label, "seconds": result.seconds}
+    parts = keys.parts_of(result.key)
+    if parts is not None:  # what the key was made of (`raycompile explain`), signed with the entry
+        meta["parts"] = parts
+    return Entry(result.key, blobs, meta)

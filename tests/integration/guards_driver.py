@@ -14,7 +14,6 @@ only: a process that compiled less than the loading process will meet)."""
 from __future__ import annotations
 
 import sys
-import types
 from collections.abc import Callable
 
 import torch
@@ -185,7 +184,8 @@ def scenarios(full: bool) -> list[tuple[str, list[Step]]]:
         return f_op(X)
 
     out: list[tuple[str, list[Step]]] = [
-        ("global function", [("first", lambda: f_helper(X)), ("rebound", rebind("helper", helper_b, lambda: f_helper(X)))]),
+        ("global function", [("first", lambda: f_helper(X)),
+                             ("rebound", rebind("helper", helper_b, lambda: f_helper(X)))]),
         ("global rebound before the call", [("first", lambda: f_before(X))]),
         ("global class", [("first", lambda: f_class(X)), ("rebound", rebind("Act", ActB, lambda: f_class(X)))]),
         ("global module", [("first", lambda: f_module(X)), ("rebound", rebind("lib", minus, lambda: f_module(X)))]),

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import procs
 import pytest
 import torch
 from raystart import ray_head
@@ -40,19 +39,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield tmpdir
 
 
-def run(ray_tmpdir: str, shared: str, where: pathlib.Path, batch: int, stock: bool = False) -> dict[str, Any]:
+def start(ray_tmpdir: str, shared: str, where: pathlib.Path, batch: int,
+          stock: bool = False) -> Callable[[], dict[str, Any]]:
     """A new process with empty local caches of its own (``where``), joining the machine's
-    cluster with no address: the driver's saved results."""
+    cluster with no address, started now; what this returns waits for the driver's results."""
     out = where / "out.pt"
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"), "TRITON_CACHE_DIR": str(where / "triton"),
            "RAY_TMPDIR": ray_tmpdir}
     for name in ("RAYCOMPILE_SECRET", "RAY_ADDRESS", "RAY_AUTH_MODE"):
         env.pop(name, None)
     args = ["", shared, str(where / "raycompile"), str(out), str(batch)] + (["stock"] if stock else [])
-    proc = subprocess.run([sys.executable, str(DRIVER), *args], env=env, capture_output=True, text=True, timeout=600,
-                          check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return torch.load(out, weights_only=False)
+    return procs.start(DRIVER, args, env, out, timeout=600)
+
+
+def run(ray_tmpdir: str, shared: str, where: pathlib.Path, batch: int, stock: bool = False) -> dict[str, Any]:
+    return start(ray_tmpdir, shared, where, batch, stock)()
 
 
 def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
@@ -86,9 +87,11 @@ def test_compiled_frames_warm_start_another_process(cluster: str, tmp_path: path
     assert equal(other["result"], other["stock"])
     assert not torch.equal(other["result"]["x"].sum(), cold["result"]["x"].sum())  # really another input
 
-    # generation 1 holds both shapes: a new process loads it and traces neither
-    for batch, expected in ((5, other["result"]), (8, cold["result"])):
-        again = run(cluster, shared, tmp_path / f"d{batch}", batch)
+    # generation 1 holds both shapes: a new process loads it and traces neither (two at once)
+    started = [(start(cluster, shared, tmp_path / f"d{batch}", batch), expected)
+               for batch, expected in ((5, other["result"]), (8, cold["result"]))]
+    for done, expected in started:
+        again = done()
         a = again["stats"]
         assert a["dynamo_frames_loaded"] == 4 and a["dynamo_frames_traced"] == 0 and again["torch_traced"] == 0, a
         assert a["jobs"] == 0 and a["jobs_local"] == 0, a

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
-import sys
+from collections.abc import Callable
 from typing import Any
 
+import procs
 import pytest
 import torch
 
@@ -30,7 +30,9 @@ pytestmark = pytest.mark.slow  # five compiling subprocesses
 DRIVER = pathlib.Path(__file__).with_name("guards_driver.py")
 
 
-def run(where: pathlib.Path, mode: str, part: str, shared: str = "") -> dict[str, Any]:
+def start(where: pathlib.Path, mode: str, part: str, shared: str = "") -> Callable[[], dict[str, Any]]:
+    """A driver process started now; call what this returns for its results. Processes that do
+    not depend on each other run side by side (each is mostly one thread)."""
     out = where / "out.pt"
     where.mkdir(parents=True)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"),
@@ -38,10 +40,11 @@ def run(where: pathlib.Path, mode: str, part: str, shared: str = "") -> dict[str
     for name in ("RAY_ADDRESS", "RAYCOMPILE_DYNAMO_CACHE", "RAYCOMPILE_SHARED_CACHE"):
         env.pop(name, None)
     args = [mode, part, str(out)] + ([shared, str(where / "raycompile")] if mode == "farm" else [])
-    proc = subprocess.run([sys.executable, str(DRIVER), *args], env=env, capture_output=True, text=True, timeout=900,
-                          check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return torch.load(out, weights_only=False)
+    return procs.start(DRIVER, args, env, out, timeout=900)
+
+
+def run(where: pathlib.Path, mode: str, part: str, shared: str = "") -> dict[str, Any]:
+    return start(where, mode, part, shared)()
 
 
 def steps(result: dict[str, Any]) -> dict[tuple[str, str], tuple[torch.Tensor, int]]:
@@ -50,15 +53,15 @@ def steps(result: dict[str, Any]) -> dict[tuple[str, str], tuple[torch.Tensor, i
 
 
 def test_compiled_frames_notice_what_stock_notices(tmp_path: pathlib.Path) -> None:
-    stock = steps(run(tmp_path / "stock", "stock", "full"))
+    full, first = f"file://{tmp_path / 'shared-full'}", f"file://{tmp_path / 'shared-first'}"
+    stock_done = start(tmp_path / "stock", "stock", "full")
+    compiling = run(tmp_path / "compiling", "farm", "full", full)
+    stock = steps(stock_done())
     # stock traces at the first call and after each change (shape and dtype: a recompile each)
     assert all(traced == 1 for (name, label), (_, traced) in stock.items() if label != "its calls"), stock
-
-    full = f"file://{tmp_path / 'shared-full'}"
-    compiling = run(tmp_path / "compiling", "farm", "full", full)
+    first_done = start(tmp_path / "first", "farm", "first", first)  # another tier: no bearing on "loading"
     loading = run(tmp_path / "loading", "farm", "full", full)
-    first = f"file://{tmp_path / 'shared-first'}"
-    run(tmp_path / "first", "farm", "first", first)
+    first_done()
     later = run(tmp_path / "later", "farm", "full", first)
 
     for name, result in (("compiling", compiling), ("loading", loading), ("loading, then changed", later)):

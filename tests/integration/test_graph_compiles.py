@@ -60,6 +60,12 @@ def step() -> list[torch.Tensor]:
     return [loss.detach(), *(p.grad.clone() for p in model.parameters()), again.detach()]
 
 
+@pytest.fixture(scope="module")
+def stock() -> list[torch.Tensor]:
+    """Stock Inductor's step (no farm), computed once for the tests that compare with it."""
+    return step()
+
+
 def equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
 
@@ -77,8 +83,8 @@ def farm_step(tmp_path: pathlib.Path, graph_compiles: str = "cluster",
     return out, s
 
 
-def test_graphs_compile_on_ray_workers_bitwise_stock(local_ray: None, tmp_path: pathlib.Path) -> None:
-    stock = step()
+def test_graphs_compile_on_ray_workers_bitwise_stock(local_ray: None, tmp_path: pathlib.Path,
+                                                     stock: list[torch.Tensor]) -> None:
     farm, s = farm_step(tmp_path)
     assert equal(farm, stock)
     assert s["graphs_sent"] == 8 and s["graphs_backward_deferred"] == 4, s  # 4 forward, 4 backward
@@ -93,10 +99,10 @@ def test_graphs_compile_on_ray_workers_bitwise_stock(local_ray: None, tmp_path: 
     assert "whole graphs: 8 compiled on the cluster (4 backward" in s["report"], s["report"]
 
 
-def test_backward_mode_sends_only_the_backward_graphs(local_ray: None, tmp_path: pathlib.Path) -> None:
+def test_backward_mode_sends_only_the_backward_graphs(local_ray: None, tmp_path: pathlib.Path,
+                                                      stock: list[torch.Tensor]) -> None:
     """``graph_compiles="backward"``: each forward graph is compiled here (Dynamo waits for it
     either way), each backward graph on the cluster while the step runs forward."""
-    stock = step()
     farm, s = farm_step(tmp_path, graph_compiles="backward")
     assert equal(farm, stock)
     assert s["graphs_forward_here"] == 4, s
@@ -141,9 +147,8 @@ def test_a_graph_with_a_custom_pass_is_compiled_here(local_ray: None, tmp_path: 
     assert "post_grad_custom_post_pass" in why, s
 
 
-def test_a_graph_compile_that_does_not_answer_in_time_is_compiled_here(local_ray: None,
-                                                                      tmp_path: pathlib.Path) -> None:
-    stock = step()
+def test_a_graph_compile_that_does_not_answer_in_time_is_compiled_here(local_ray: None, tmp_path: pathlib.Path,
+                                                                      stock: list[torch.Tensor]) -> None:
     # 50 ms: less than any graph's compile on the cluster (a C++ kernel's build alone takes longer).
     # Each forward waits at once and gives up; each backward from its call on, by when some may
     # have arrived (they compiled while the forward ran)

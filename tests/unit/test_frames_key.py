@@ -193,7 +193,11 @@ def test_guard_sources_pickle_whole_where_torch_2_11_would_not() -> None:
     reduce_like_torch_2_11.__module__ = "torch._guards"
     ours = DefaultsSource.__dict__["__reduce__"]
     source = DefaultsSource(LocalSource("fn"), 1)
-    assert pickle.loads(pickle.dumps(source)) == source  # this torch's own
+    try:  # this torch's own: right from 2.13 on; on the GPU machine's 2.11 it is the bug itself
+        own_pickles = pickle.loads(pickle.dumps(source)) == source
+    except TypeError:
+        own_pickles = False
+    assert own_pickles or torch.__version__.startswith("2.11."), torch.__version__
     DefaultsSource.__reduce__ = reduce_like_torch_2_11
     try:
         with pytest.raises(TypeError, match="positional arguments"):

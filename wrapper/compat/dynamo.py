@@ -58,6 +58,8 @@ SEAMS: Seams = {
     "dynamo.config.get_config_copy": ("torch._dynamo.config", "get_config_copy"),
     "guards.Source": ("torch._guards", "Source"),
     "functorch.config.get_config_copy": ("torch._functorch.config", "get_config_copy"),
+    "inductor.config.get_config_copy": ("torch._inductor.config", "get_config_copy"),
+    "TorchCompileInductorWrapper.get_compiler_config": ("torch", "_TorchCompileInductorWrapper.get_compiler_config"),
 }
 
 log = logging.getLogger("raycompile.frames")
@@ -221,6 +223,8 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
     noted = [logging.getLogger(name) for name in _NOTED_LOGGERS]
     identities = guards.identities_saved(store.unbuilt)
     identities.__enter__()
+    reset_clears = precompile.resettable()  # loaded frames go with torch._dynamo.reset(), as traced ones do
+    reset_clears.__enter__()
     cache.__class__ = FarmDynamoCache
     convert_frame._compile = _compile
     compile_package.code_context = code_context
@@ -253,6 +257,7 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
             source_class.__reduce__ = stock_reduce
         dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering = saved
         identities.__exit__(None, None, None)
+        reset_clears.__exit__(None, None, None)
 
 
 def _init_field_reducers() -> dict[type, tuple[Any, Any]]:
@@ -359,20 +364,48 @@ def _caller_context() -> Any | None:
     return None
 
 
-def _options(ctx: Any) -> dict[str, Any]:
+class Unkeyable(Exception):
+    """A compile option or config value that no key can stand for across processes (a custom
+    pass with no ``uuid()``): the frames it compiles are traced as stock traces them, never saved."""
+
+
+def _options(ctx: Any) -> dict[str, Any] | None:
     """A ``torch.compile`` context's compile options: the backend, its compiler config (Inductor's
-    config with mode and options applied), dynamic, fullgraph."""
-    return {"backend": _backend_name(getattr(ctx, "callback", None)),
-            "compiler_config": _portable(getattr(ctx, "compiler_config", None)),
+    config patches of ``mode`` and ``options``, for ``backend="inductor"`` and for
+    ``backend="raycompile"``, whose mode and options torch hands to the backend instead), dynamic,
+    fullgraph. None when they cannot be keyed (an unknown option: the backend raises it when it
+    compiles, as stock's does; a pass with no uuid): then nothing is loaded or saved."""
+    callback = getattr(ctx, "callback", None)
+    backend = _backend_name(callback)
+    config = getattr(ctx, "compiler_config", None)
+    try:
+        if config is None and backend == "raycompile":
+            kwargs = getattr(_unwrapped(callback), "kwargs", None) or {}
+            import torch
+
+            # what the backend compiles with (raycompile/backend.py): Inductor's config as the
+            # wrapper of backend="inductor" states it, its mode's and options' patches applied
+            wrapper = torch._TorchCompileInductorWrapper(kwargs.get("mode"), kwargs.get("options"), None)
+            config = wrapper.get_compiler_config()
+        compiler_config = _portable(config)
+    except (Unkeyable, RuntimeError) as e:
+        log.debug("raycompile: compile options of %s not keyed (%s); traced as stock traces them", backend, e)
+        return None
+    return {"backend": backend, "compiler_config": compiler_config,
             "dynamic": repr(getattr(ctx, "_dynamic", None)),
             "fullgraph": repr(getattr(ctx, "fullgraph", None))}
 
 
-def _backend_name(callback: Any) -> str:
-    """The backend under Dynamo's wrappers (``_torchdynamo_orig_backend`` links)."""
+def _unwrapped(callback: Any) -> Any:
     seen = 0
     while hasattr(callback, "_torchdynamo_orig_backend") and seen < 8:
         callback, seen = callback._torchdynamo_orig_backend, seen + 1
+    return callback
+
+
+def _backend_name(callback: Any) -> str:
+    """The backend under Dynamo's wrappers (``_torchdynamo_orig_backend`` links)."""
+    callback = _unwrapped(callback)
     name = getattr(callback, "compiler_name", None)  # torch.compile(backend="name")
     if isinstance(name, str):
         return name
@@ -405,17 +438,51 @@ def _portable(config: Any) -> Any:
     for name, value in sorted(config.items()):
         if name in _CONFIG_MACHINE_KEYS or (ignore and name.startswith(ignore)):
             continue
-        uuid = getattr(value, "uuid", None)  # a custom pass names itself (CustomGraphPass.uuid)
-        out[name] = str(uuid()) if callable(uuid) else _text(value)
+        out[name] = _pass_text(name, value)
     return out
 
 
+def _pass_text(name: str, value: Any) -> Any:
+    """A config value's text; a custom pass by its ``uuid()`` (CustomGraphPass), as Inductor's
+    FX-graph cache keys it. A function or object with no uuid has no text that differs when its
+    code does: Unkeyable (Inductor's cache bypasses such a pass too)."""
+    uuid = getattr(value, "uuid", None)
+    if callable(uuid):
+        got = uuid()
+        if got is None:
+            raise Unkeyable(f"{name}: its uuid() is None")
+        return str(got)
+    if callable(value) and not isinstance(value, type):
+        raise Unkeyable(f"{name} is {value!r}, a pass with no uuid() (make it a CustomGraphPass)")
+    if isinstance(value, (list, tuple)) and any(callable(v) and not isinstance(v, (str, type)) for v in value):
+        return _text([_pass_text(name, v) for v in value])
+    return _text(value)
+
+
+# Inductor's config entries its own cache key leaves to a pass's uuid() (codecache's
+# _check_custom_passes) or takes as they are; _cache_config_ignore_prefix names them too
+_INDUCTOR_PASSES = ("pre_grad_custom_pass", "post_grad_custom_pre_pass", "post_grad_custom_post_pass",
+                    "joint_custom_pre_pass", "joint_custom_post_pass", "_pre_fusion_custom_pass",
+                    "_post_fusion_custom_pass", "_fuse_ddp_communication_passes", "custom_partitioner_fn")
+
+
 def global_config() -> dict[str, Any]:
-    """Dynamo's and AOTAutograd's configs, portable (a compiled frame depends on both)."""
+    """Dynamo's, AOTAutograd's and Inductor's configs, portable: a compiled frame depends on all
+    three, and a loaded one skips Inductor (its FX-graph key, which holds Inductor's config, is
+    never computed). Inductor's as its cache key takes it: without machine entries (compile
+    threads, trace dirs), with each custom pass as its uuid(). Raises Unkeyable for a pass with
+    none."""
     import torch._dynamo.config as dconfig
     import torch._functorch.config as fconfig
+    import torch._inductor.config as iconfig
 
-    return {"dynamo": _portable(dconfig.get_config_copy()), "functorch": _portable(fconfig.get_config_copy())}
+    inductor = _portable(iconfig.get_config_copy())
+    for name in _INDUCTOR_PASSES:
+        value = getattr(iconfig, name, None)
+        if value is not None:
+            inductor[name] = _pass_text(name, value)
+    return {"dynamo": _portable(dconfig.get_config_copy()), "functorch": _portable(fconfig.get_config_copy()),
+            "inductor": inductor}
 
 
 def system() -> dict[str, Any]:

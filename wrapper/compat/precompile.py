@@ -7,10 +7,12 @@ Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pickle
 import re
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from ._base import Seams
@@ -38,6 +40,7 @@ SEAMS: Seams = {
     "types.GuardedCode": ("torch._dynamo.types", "GuardedCode"),
     "types.wrap_guarded_code": ("torch._dynamo.types", "wrap_guarded_code"),
     "eval_frame.skip_code": ("torch._dynamo.eval_frame", "skip_code"),
+    "convert_frame.input_codes": ("torch._dynamo.convert_frame", "input_codes"),
 }
 
 _BY_ID = re.compile(r"^_\d+_c\d+$")  # install_global_by_id("", value): "_<id>_c<compile id>"
@@ -231,6 +234,36 @@ def traced_frames() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+@contextlib.contextmanager
+def resettable() -> Iterator[None]:
+    """While inside, every code object an entry installs compiled code on (or marks to skip) is
+    one ``torch._dynamo.reset()`` clears, as it clears the codes Dynamo traced.
+
+    torch's ``CompilePackage.install`` puts loaded frames straight on the code objects, past the
+    tracker that ``reset`` walks (``convert_frame.input_codes``): a frame loaded once kept
+    answering every later ``torch.compile`` of that function, another backend's or other options'
+    included, even after ``reset``, even with raycompile off."""
+    import torch._C._dynamo.eval_frame as eval_frame
+    import torch._dynamo.eval_frame as dynamo_eval_frame
+    from torch._dynamo import convert_frame
+
+    stock_load, stock_skip = eval_frame._load_precompile_entry, dynamo_eval_frame.skip_code
+
+    def load(target_code: Any, guard_manager: Any, dynamo_code: Any) -> Any:
+        convert_frame.input_codes.add(target_code)
+        return stock_load(target_code, guard_manager, dynamo_code)
+
+    def skip(code: Any, *args: Any, **kwargs: Any) -> Any:
+        convert_frame.input_codes.add(code)
+        return stock_skip(code, *args, **kwargs)
+
+    eval_frame._load_precompile_entry, dynamo_eval_frame.skip_code = load, skip
+    try:
+        yield
+    finally:
+        eval_frame._load_precompile_entry, dynamo_eval_frame.skip_code = stock_load, stock_skip
 
 
 def install_into(package: Any, entry: Any) -> list[tuple[Any, Any, Any]]:
