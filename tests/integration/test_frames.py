@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -56,13 +57,26 @@ def run(ray_tmpdir: str, shared: str, where: pathlib.Path, batch: int, stock: bo
     return start(ray_tmpdir, shared, where, batch, stock)()
 
 
+@pytest.fixture(scope="module")
+def cold(cluster: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, dict[str, Any]]:
+    """One cold process's shared tier (a directory) and results; each test works on a copy."""
+    where = tmp_path_factory.mktemp("cold")
+    return where / "shared", run(cluster, f"file://{where / 'shared'}", where / "a", 8)
+
+
+def copy_of(cold: tuple[pathlib.Path, dict[str, Any]], tmp_path: pathlib.Path) -> pathlib.Path:
+    shutil.copytree(cold[0], tmp_path / "shared")
+    return tmp_path / "shared"
+
+
 def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_compiled_frames_warm_start_another_process(cluster: str, tmp_path: pathlib.Path) -> None:
-    shared = f"file://{tmp_path / 'shared'}"
-    cold = run(cluster, shared, tmp_path / "a", 8)
+def test_compiled_frames_warm_start_another_process(cluster: str, cold: tuple[pathlib.Path, dict[str, Any]],
+                                                    tmp_path: pathlib.Path) -> None:
+    shared = f"file://{copy_of(cold, tmp_path)}"
+    cold = cold[1]
     s = cold["stats"]
     assert s["dynamo_misses"] == 1 and s["dynamo_frames_traced"] == 2 and s["dynamo_published"] == 1, s
     assert s["jobs"] + s["jobs_local"] > 0 and cold["torch_traced"] == 2
@@ -98,9 +112,10 @@ def test_compiled_frames_warm_start_another_process(cluster: str, tmp_path: path
         assert equal(again["result"], expected)
 
 
-def test_a_changed_entry_is_never_loaded(cluster: str, tmp_path: pathlib.Path) -> None:
-    shared_dir = tmp_path / "shared"
-    cold = run(cluster, f"file://{shared_dir}", tmp_path / "a", 8)
+def test_a_changed_entry_is_never_loaded(cluster: str, cold: tuple[pathlib.Path, dict[str, Any]],
+                                         tmp_path: pathlib.Path) -> None:
+    shared_dir = copy_of(cold, tmp_path)
+    cold = cold[1]
     assert cold["stats"]["dynamo_published"] == 1
     manifests = [m for m in shared_dir.rglob("manifest.json") if "compiled frames of" in m.read_text()]
     assert len(manifests) == 1
