@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .keys import differing
+from .keys import differing, frames_base
 from .signing import verify
 
 MISSES_FILE = "misses.json"  # in the local cache dir: the last session's misses, with their keys' parts
@@ -87,10 +87,6 @@ def read(manifests: Iterable[tuple[str, bytes]], secrets: Mapping[str, bytes]) -
     return out
 
 
-def _base(key: str) -> str:
-    return key.rsplit(".g", 1)[0] if ".g" in key else key
-
-
 def explain(misses: Iterable[tuple[str, str, Mapping[str, str] | None]], stored: list[Stored],
             expected: str) -> list[Explained]:
     """For each miss (label, key, its parts or None), why: the nearest stored entry and the parts
@@ -102,7 +98,7 @@ def explain(misses: Iterable[tuple[str, str, Mapping[str, str] | None]], stored:
         if not parts:
             e.reason = "its key's parts are not known in this process (made by an earlier one)"
             continue
-        same_key = [s for s in stored if _base(s.key) == _base(key)]
+        same_key = [s for s in stored if frames_base(s.key) == frames_base(key)]
         refused = [s for s in same_key if s.signer != expected]
         if refused:  # it was there all along: refused for its signature
             e.nearest, e.signer = refused[0].key, refused[0].signer
@@ -110,7 +106,8 @@ def explain(misses: Iterable[tuple[str, str, Mapping[str, str] | None]], stored:
             continue
         # an entry under this very key, signed as expected, was written after the lookup (by the
         # session itself, or a process beside it): the others are what the lookup could have found
-        kind = [s for s in stored if _base(s.key) != _base(key) and s.parts.get("kind") == parts.get("kind")]
+        base = frames_base(key)
+        kind = [s for s in stored if frames_base(s.key) != base and s.parts.get("kind") == parts.get("kind")]
         if not kind:
             e.reason = "the tier held no other entry of this kind" + (
                 " (the one there now was written after this lookup)" if same_key else "")

@@ -94,8 +94,8 @@ def parts_of(key: str) -> dict[str, str] | None:
     function's entry (``BASE.gN``) answer with their base's."""
     with _parts_lock:
         found = _parts.get(key)
-        if found is None and ".g" in key:
-            found = _parts.get(key.rsplit(".g", 1)[0])
+        if found is None:
+            found = _parts.get(frames_base(key))
         return dict(found) if found is not None else None
 
 
@@ -175,6 +175,12 @@ def frames_generation(base: str, generation: int) -> str:
     function's entry grows when a warm node meets a new shape, so each publish is a new key;
     a loader takes the newest that loads."""
     return f"{base}.g{generation}"
+
+
+def frames_base(key: str) -> str:
+    """The base of a generation's key (``frames_generation``'s inverse); any other key unchanged."""
+    base, sep, generation = key.rpartition(".g")
+    return base if sep and generation.isdigit() else key
 
 
 # --- the blobs of an entry --------------------------------------------------------------------

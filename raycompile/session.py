@@ -146,20 +146,20 @@ class Session:
         tier: concurrent.futures.Future[Any] = concurrent.futures.Future()
         settled = threading.Lock()
 
-        def settle(f: concurrent.futures.Future[Any]) -> None:
+        def settle(f: concurrent.futures.Future[Any] | None, value: Any = None) -> None:
+            """The tier: ``f``'s outcome, or ``value`` without one; the first settles it."""
             with settled:
-                if not tier.done():
-                    if f.exception() is None:
-                        tier.set_result(f.result())
-                    else:
-                        tier.set_exception(f.exception())  # type: ignore[arg-type]
+                if tier.done():
+                    return
+                if f is not None and f.exception() is not None:
+                    tier.set_exception(f.exception())  # type: ignore[arg-type]
+                else:
+                    tier.set_result(f.result() if f is not None else value)
 
         def answered(done: concurrent.futures.Future[dict[str, Any]]) -> None:
             got = done.result()
             if "secret" in got and not (url == "auto" and got["nodes"] > 1):
-                made: concurrent.futures.Future[Any] = concurrent.futures.Future()
-                made.set_result(shared_tier(url, got["secret"]) if url != "auto" else None)
-                settle(made)
+                settle(None, shared_tier(url, got["secret"]) if url != "auto" else None)
                 return
             # several nodes (auto: the head's tier), or the probe failed (Ray's start reports why)
             log.debug("raycompile: the shared tier waits for Ray (%s)", got.get("error", f"{got.get('nodes')} nodes"))
