@@ -1,6 +1,6 @@
 """N ranks of one node compiling the same training step at once, stock against the farm.
 
-    python benchmarks/ranks.py [--models gpt2] [--ranks 4 8] [--label NAME]
+    python benchmarks/ranks.py [--models gpt2] [--ranks 4 8] [--label NAME] [--sample PY_SPY]
 
 Each rank is a new process started at the same moment (as torchrun starts a job's ranks; all on
 one GPU here, ``cuda:0``), building the step of ``overhead.py`` (a transformers model, random
@@ -13,7 +13,10 @@ rank traced (torch's own ``unique_graphs`` counter), who compiled and who waited
 CPU-seconds (the whole machine's busy CPU time over the run, from /proc/stat: the ranks, their
 compile workers and Ray alike) and its peak host memory (the machine's used memory above what it
 was before the run, sampled), and whether every rank's loss is bitwise stock's. Prints a table and
-the ratios to stock measured in the same run; writes JSON under benchmarks/results/.
+the ratios to stock measured in the same run; writes JSON under benchmarks/results/. Each rank's
+phases (``phases_s``: torch imported, enable() returned, model built, first output; seconds from
+the common start) show where a slow rank lost its time; ``--sample PY_SPY`` runs the farm's ranks
+under py-spy (``ranks_LABEL_sampled_MODEL_N_rankI.json``, read with `python benchmarks/timeline.py`).
 """
 
 from __future__ import annotations
@@ -37,13 +40,17 @@ from overhead import build, fresh, start_ray, stop_ray  # noqa: E402 - next to t
 
 def rank(model: str, farm: bool) -> None:
     """One rank (run as ``--rank``): prints RESULT json."""
+    phases = {"started": time.time()}
     import torch
 
+    phases["torch imported"] = time.time()
     if farm:
         import raycompile
 
         raycompile.enable()
+    phases["enabled"] = time.time()
     step, args = build(model, "cuda" if torch.cuda.is_available() else "cpu")
+    phases["built"] = time.time()
     loss = torch.compile(step)(*args)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -51,7 +58,7 @@ def rank(model: str, farm: bool) -> None:
     from torch._dynamo.utils import counters
 
     out: dict[str, Any] = {"first_output_epoch": first_output, "loss": float(loss.float()),
-                           "graphs_traced": int(counters["stats"]["unique_graphs"])}
+                           "graphs_traced": int(counters["stats"]["unique_graphs"]), "phases_epoch": phases}
     if farm:
         import raycompile
 
@@ -77,8 +84,9 @@ def _used_memory_b() -> int:
     return (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) * 1024
 
 
-def run_job(model: str, n: int, farm: bool, env: dict[str, str], timeout: float) -> dict[str, Any]:
-    """``n`` ranks started together; the job's numbers."""
+def run_job(model: str, n: int, farm: bool, env: dict[str, str], timeout: float,
+            spy: tuple[str, str] | None = None) -> dict[str, Any]:
+    """``n`` ranks started together; the job's numbers. ``spy``: (py-spy, output prefix)."""
     peak = [0]
     base = _used_memory_b()
     done = threading.Event()
@@ -91,7 +99,15 @@ def run_job(model: str, n: int, farm: bool, env: dict[str, str], timeout: float)
     sampler.start()
     cpu0, t0 = _busy_cpu_s(), time.time()
     cmd = [sys.executable, __file__, "--rank", model] + (["--farm"] if farm else [])
-    procs = [subprocess.Popen(cmd, env={**os.environ, **env, "RANK": str(i), "LOCAL_RANK": str(i)},
+
+    def command(i: int) -> list[str]:
+        if not spy:
+            return cmd
+        from timeline import sampled  # next to this script
+
+        return sampled(spy[0], f"{spy[1]}_rank{i}.json", cmd)
+
+    procs = [subprocess.Popen(command(i), env={**os.environ, **env, "RANK": str(i), "LOCAL_RANK": str(i)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
     ranks = []
     for p in procs:
@@ -101,6 +117,7 @@ def run_job(model: str, n: int, farm: bool, env: dict[str, str], timeout: float)
             raise RuntimeError(f"a rank failed ({p.returncode}):\n{out[-2000:]}\n{err[-4000:]}")
         r = json.loads(lines[-1][7:])
         r["first_output_s"] = r.pop("first_output_epoch") - t0
+        r["phases_s"] = {k: round(v - t0, 2) for k, v in r.pop("phases_epoch").items()}
         ranks.append(r)
     cpu = _busy_cpu_s() - cpu0
     done.set()
@@ -119,6 +136,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--label", default="local")
     p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
+    p.add_argument("--sample", default="", metavar="PY_SPY", help="run the farm's ranks under this py-spy")
     args = p.parse_args()
     if args.rank:
         rank(args.rank, args.farm)
@@ -137,7 +155,9 @@ def main() -> int:
             stock = run_job(model, n, False, fresh(work, f"{model}-{n}-stock"), args.timeout)
             ray_proc, ray_env = start_ray(work / f"{model}-{n}-ray")  # a new cluster: nothing warm in it
             try:
-                farm = run_job(model, n, True, {**fresh(work, f"{model}-{n}-farm"), **ray_env}, args.timeout)
+                prefix = str(args.out / f"ranks_{args.label}_sampled_{model}_{n}")
+                sample = (args.sample, prefix) if args.sample else None
+                farm = run_job(model, n, True, {**fresh(work, f"{model}-{n}-farm"), **ray_env}, args.timeout, sample)
             finally:
                 stop_ray(ray_proc)
             for name, job in (("stock", stock), ("farm", farm)):
@@ -147,6 +167,9 @@ def main() -> int:
                 print(f"  {model} x{n} {name}: slowest {job['slowest_s']:.2f} s, cpu {job['cpu_s']:.1f} s, peak "
                       f"{job['peak_memory_gib']:.2f} GiB, graphs per rank {job['graphs_traced']}, losses "
                       f"{job['losses']}", flush=True)
+                for i, r in enumerate(job["ranks"]):
+                    print(f"    rank {i}: {r.get('roles') or ''} phases {r['phases_s']} first output "
+                          f"{r['first_output_s']:.2f}", flush=True)
     print(f"\n{'model':<8}{'ranks':>6}{'case':>7}{'slowest s':>11}{'x stock':>9}{'CPU s':>9}{'x stock':>9}"
           f"{'peak GiB':>10}{'graphs/rank':>16}  loss = stock's")
     for model, n, name, job, stock in rows:

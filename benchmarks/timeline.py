@@ -23,7 +23,7 @@ from typing import Any
 # (phase, substrings of "file:function" of a frame that puts a sample in it); the innermost match wins
 PHASES = (
     ("imports", ("<frozen importlib._bootstrap>:_find_and_load",)),
-    ("build", ("overhead.py:build", "max_autotune.py:build")),
+    ("build", ("overhead.py:build", "max_autotune.py:build", "ranks.py:build")),
     ("enable", ("raycompile/__init__.py:enable", "__init__.py:enable")),
     ("dynamo", ("convert_frame.py:_compile",)),
     ("aot_autograd", ("aot_autograd.py:aot_module_simplified", "aot_autograd.py:create_aot_dispatcher_function")),
@@ -43,6 +43,8 @@ PHASES = (
     ("graph_wait", ("graphs.py:_wait", "graphs.py:wait")),
     # a warm node's compiled frames (wrapper/frames.py), read and installed inside torch.compile
     ("frames_load", ("frames.py:", "package.py:load")),
+    # a rank waiting for its job's owner (single flight: wrapper/flights.py)
+    ("flight_serve", ("flights.py:serve",)),
 )
 BLOCKING = ("wait", "_wait_for_tstate_lock", "acquire", "result", "sleep", "select", "poll", "waitpid",
             "_try_wait", "recv", "recv_into", "read", "readinto", "_recv", "join", "get", "_communicate",

@@ -341,6 +341,15 @@ class RedisTier:
         except redis.RedisError as e:
             self._unavailable(e)
 
+    def drop(self, key: str) -> None:
+        """Remove ``key``'s entry (a flight's blobs in flight, once newer ones are published)."""
+        import redis
+
+        try:
+            self._client.delete(f"raycompile:entry:{key}")
+        except redis.RedisError as e:
+            log.debug("raycompile: Redis could not drop %s (%s)", key, e)
+
     def put(self, entry: Entry) -> int:
         import redis
 

@@ -2,7 +2,9 @@
 entries on the head's disk, so the nodes of a cluster share with no extra infrastructure.
 
 The service stores raw manifests and blobs; clients sign what they put and verify what they get
-with their own cluster secret, so the service never needs the secret and never unpickles.
+with their own cluster secret, so the service never needs the secret and never unpickles. It also
+holds the cluster's single-flight leases (``cache.inflight.LeaseBoard``: one owner of a compile
+for every node), on the head's clock.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 import os
 from typing import Any
 
+from ..cache.inflight import LeaseBoard, Leases
 from ..cache.store import Entry, FileTier, Miss, TierUnavailable, manifest_for, should_drop, verify_entry
 from ..errors import FarmUnavailableError
 from . import raycalls
@@ -18,6 +21,7 @@ from . import raycalls
 log = logging.getLogger("raycompile.cache")
 
 SERVICE_NAME = "raycompile-cache"
+FLIGHT_OPS = ("acquire", "renew", "finish", "set_index", "read", "announce", "waiters", "leave")
 
 
 class CacheService:
@@ -25,6 +29,14 @@ class CacheService:
 
     def __init__(self, root: str, max_bytes: int | None = None) -> None:
         self.tier = FileTier(os.path.expanduser(root), secret=b"", name="shared", max_bytes=max_bytes)
+        self.board = LeaseBoard()
+
+    def flight(self, op: str, *args: Any) -> Any:
+        """One ``LeaseBoard`` operation (acquire, renew, finish, set_index, read, announce,
+        waiters, leave)."""
+        if op not in FLIGHT_OPS:
+            raise ValueError(f"unknown flight operation {op!r}")
+        return getattr(self.board, op)(*args)
 
     def get_raw(self, key: str) -> tuple[bytes, dict[str, bytes | None]] | None:
         raw = self.tier.get_raw(key)
@@ -131,3 +143,51 @@ class RayHeadTier:
             return self._call("usage")
         except self._failures() as e:
             raise TierUnavailable(str(e)) from None
+
+    def drop(self, key: str) -> None:
+        """Remove ``key``'s entry (a flight's frames in flight), not waited for."""
+        try:
+            self.actor.drop.remote(key)
+        except raycalls.failures() as e:
+            log.debug("raycompile: dropping %s from the head-node cache service failed: %s", key, e)
+
+    def leases(self) -> Leases:
+        """The service's single-flight leases (``cache/inflight.py``), one call each; what fails
+        raises (the claim reads it as the owner gone, or claims on this node instead)."""
+        return HeadLeases(self)
+
+
+class HeadLeases:
+    """``Leases`` of the head's service: each operation one call to it (bounded by the tier's
+    time-out)."""
+
+    def __init__(self, tier: RayHeadTier) -> None:
+        self._tier = tier
+
+    def _op(self, op: str, *args: Any) -> Any:
+        return self._tier._call("flight", op, *args)
+
+    def acquire(self, key: str, token: str, lease_s: float) -> bool:
+        return bool(self._op("acquire", key, token, lease_s))
+
+    def renew(self, key: str, token: str, lease_s: float) -> None:
+        self._op("renew", key, token, lease_s)
+
+    def finish(self, key: str, token: str, index: str) -> None:
+        self._op("finish", key, token, index)
+
+    def set_index(self, key: str, index: str) -> None:
+        self._op("set_index", key, index)
+
+    def read(self, key: str) -> tuple[str | None, bool]:
+        index, held = self._op("read", key)
+        return index, bool(held)
+
+    def announce(self, key: str, waiter: str) -> None:
+        self._op("announce", key, waiter)
+
+    def waiters(self, key: str, fresh_s: float) -> int:
+        return int(self._op("waiters", key, fresh_s))
+
+    def leave(self, key: str, waiter: str) -> None:
+        self._op("leave", key, waiter)

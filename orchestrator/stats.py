@@ -157,12 +157,14 @@ class Stats:
         with self._lock:
             row = self.dynamo_functions.setdefault(function, {"loaded": 0, "traced": 0, "generation": None})
             for name, value in deltas.items():
-                row[name] = value if name in ("generation", "role") else row.get(name, 0) + value
+                row[name] = value if name in ("generation", "role", "flight") else row.get(name, 0) + value
 
-    def flight(self, function: str, role: str) -> None:
-        """Who compiled ``function`` among the node's processes that compiled it at once: this
-        one ("owner"), or another one ("waiter": this one's frames were served from its compile)."""
-        self.frames(function, role=role)
+    def flight(self, function: str, role: str, where: str = "node") -> None:
+        """Who compiled ``function`` among the processes that compiled it at once: this one
+        ("owner"), or another one ("waiter": this one's frames were served from its compile);
+        ``where``: among this node's processes ("node") or every node's ("cluster": the claims
+        were in the shared tier)."""
+        self.frames(function, role=role, flight=where)
 
     def missed(self, label: str, key: str) -> None:
         """A lookup that missed every tier (a kernel compiled, a function traced): kept, the first

@@ -21,6 +21,7 @@ from typing import Any
 
 from .cache import Cache
 from .cache.signing import load_secret
+from .cache.store import Miss
 from .cache.tiered import DeferredTier, check_shared_url, local_tier, shared_tier
 from .cache.usage import Usage
 from .errors import FarmUnavailableError, RaycompileError
@@ -101,16 +102,25 @@ class Session:
         """Compiled frames from the tiers at ``torch.compile(model)`` (``wrapper/frames.py``),
         installed at the first torch.compile (where stock imports Dynamo). A hit installs the
         Inductor hooks before its output modules load, so their kernels come from this cache."""
-        from .cache.inflight import InFlight
+        from .cache.inflight import Claims, InFlight
         from .cache.keys import OUTPUT_MODULE_TAG
         from .wrapper.frames import FrameCache
 
         on_miss = self.startup.begin if self.startup is not None else None
-        # single flight among the processes sharing this node's cache dir (a job's ranks)
-        inflight = InFlight(os.path.join(self.cache_root, "flights"), self.cache.local) if self.cache.local else None
+        # single flight among the processes sharing the shared tier (file:// or Redis: every node of
+        # the job), else among those sharing this node's cache dir (a node's ranks)
+        inflight = Claims(InFlight(os.path.join(self.cache_root, "flights"), self.cache.local),
+                          self._shared_now) if self.cache.local else None
         self.frames = FrameCache(self.cache, self.stats, self.install, OUTPUT_MODULE_TAG, on_miss=on_miss,
                                  inflight=inflight, flight_wait_s=self.settings.job_timeout_s)
         self.frames.install_at_compile()
+
+    def _shared_now(self) -> Any:
+        """The shared tier if it is known now (a lookup waited for it already), else None."""
+        shared = self.cache.shared
+        if isinstance(shared, DeferredTier):
+            shared = shared.tier(wait=False)
+        return None if isinstance(shared, Miss) else shared
 
     def _cap(self) -> int | None:
         """The local tier's cap: the setting, else the lasting one (`raycompile cache
@@ -319,8 +329,7 @@ class Session:
         differs from the nearest entry. Reads every manifest of that tier: seconds for a large one."""
         from .cache import explain
 
-        shared = self.cache.shared
-        tier = shared.tier(wait=False) if hasattr(shared, "tier") else shared  # a DeferredTier, up or not
+        tier = self._shared_now()
         if tier is None or not hasattr(tier, "manifests"):
             tier = self.cache.local
         if tier is None:

@@ -1,8 +1,8 @@
-"""One compile per job: when processes of one node (a job's ranks, sharing the node's cache dir)
-compile the same function at once and nothing is in the tiers yet, one of them traces and
-compiles it; each of the others serves every frame from what that owner compiled, as soon as the
-owner has compiled it, and traces nothing (``cache/inflight.py`` holds the claims and the frames
-in flight).
+"""One compile per job: when processes of one job (its ranks: on one node, sharing the node's
+cache dir; on every node, sharing a ``file://`` or Redis shared tier) compile the same function
+at once and nothing is in the tiers yet, one of them traces and compiles it; each of the others
+serves every frame from what that owner compiled, as soon as the owner has compiled it, and
+traces nothing (``cache/inflight.py`` holds the claims and the frames in flight).
 
 - ``claim`` (``wrapper/frames.py``, at ``torch.compile``'s lookup that found nothing): the owner
   compiles as usual; a waiter's ``torch.compile`` returns at once, as stock's does.
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cache.inflight import OWNER, Claim, InFlight
+from ..cache.inflight import OWNER, Claims, FlightClaim
 from . import compat
 
 log = logging.getLogger("raycompile.frames")
@@ -39,7 +39,7 @@ COALESCE_S = 0.2  # after a traced frame, how long the owner's watcher waits for
 
 @dataclass
 class _Wait:
-    claim: Claim
+    claim: FlightClaim
     label: str
     reload: Callable[[], Any | None]  # the function's newest entry in the tiers, or None
     reloaded: bool = False
@@ -48,15 +48,16 @@ class _Wait:
 
 
 class Flights:
-    """``inflight``: the node's claims; ``stats``: the session's counters; ``wait_s``: how long a
-    waiter waits for the owner's next frame; ``publish(sid, claim)``: writes what the owner
-    compiled so far into its claim (``FrameCache``, which knows how an entry is made)."""
+    """``inflight``: where claims are made (the shared tier's, or this node's); ``stats``: the
+    session's counters; ``wait_s``: how long a waiter waits for the owner's next frame;
+    ``publish(sid, claim)``: writes what the owner compiled so far into its claim
+    (``FrameCache``, which knows how an entry is made)."""
 
-    def __init__(self, inflight: InFlight, stats: Any, wait_s: float,
-                 publish: Callable[[str, Claim], None]) -> None:
+    def __init__(self, inflight: Claims, stats: Any, wait_s: float,
+                 publish: Callable[[str, FlightClaim], None]) -> None:
         self.inflight, self.stats, self.wait_s, self._publish = inflight, stats, wait_s, publish
         self._waiting: weakref.WeakKeyDictionary[Any, _Wait] = weakref.WeakKeyDictionary()
-        self._owned: dict[str, Claim] = {}  # source id -> the claim this process owns
+        self._owned: dict[str, FlightClaim] = {}  # source id -> the claim this process owns
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
@@ -80,16 +81,16 @@ class Flights:
                 self._owned[sid] = claim
             if old is not None:
                 old.release()
-            self.stats.flight(label, "owner")
+            self.stats.flight(label, "owner", claim.where)
             self._watch()
             return True
         if package is None:  # nothing to serve frames into: trace, as before
             claim.stop_waiting()
             return True
         self._waiting[package] = _Wait(claim, label, reload)
-        self.stats.flight(label, "waiter")
-        log.debug("raycompile: %s is being compiled by another process of this node; its frames are served "
-                  "from there", label)
+        self.stats.flight(label, "waiter", claim.where)
+        log.debug("raycompile: %s is being compiled by another process of this %s; its frames are served "
+                  "from there", label, claim.where)
         return False
 
     def close(self) -> None:

@@ -6,13 +6,14 @@ and autotune winners then come from the farm's cache as usual. On with ``setting
 The storage is Dynamo's own precompile cache, redirected (``compat.frames_stored``); this module
 decides what an entry is called, where it lives, and when it is written:
 
-- Key (``cache.keys.frames_key``): torch's id of a compiled function is its qualname and first line,
-  nothing else. raycompile's adds the module and a hash of its source; the model the function
-  belongs to or closes over (its module tree: types, non-tensor attributes, functions by name,
-  parameter and buffer shapes, dtypes, devices; torch drops the ID and closure guards that would
-  tell a GELU model from a ReLU one in this mode); the compile options (backend, Inductor's config
-  with mode and options applied, dynamic, fullgraph); Dynamo's and AOTAutograd's configs; the
-  python, torch, CUDA, triton versions and the GPU name; and the output-module tag.
+- Key (``cache.keys.frames_key``, from ``identity``): torch's id of a compiled function is its
+  qualname and first line, nothing else. raycompile's adds the module and a hash of its source;
+  the compile options (backend, Inductor's config with mode and options applied, dynamic,
+  fullgraph); Dynamo's, AOTAutograd's and Inductor's global configs; the python, torch, CUDA,
+  triton versions and the GPU name; and the output-module tag. The model itself (its types,
+  attributes, shapes, dtypes, devices) is not in the key: every guard Dynamo made is kept and
+  re-created in the loading process (``compat/guards.py``), so another model or shape fails them
+  and is traced, as stock would.
 - Generations (``KEY.g0`` .. ``KEY.g7``): tiers never replace an entry, and a function's entry
   grows when a process meets a new shape (a guard miss traces it, and the entry written then holds
   the old frames and the new). A load looks up every generation in one batch and installs the
@@ -47,7 +48,7 @@ import torch
 
 from .._version import __version__
 from ..cache import Cache, Entry, keys
-from ..cache.inflight import InFlight
+from ..cache.inflight import Claims
 from ..cache.keys import FRAMES_GENERATIONS, frames_generation, frames_key
 from . import compat
 from .flights import Flights
@@ -83,9 +84,9 @@ class FrameCache:
 
     def __init__(self, cache: Cache, stats: Any, before_load: Callable[[], None], output_tag: str,
                  publish_delay_s: float = PUBLISH_DELAY_S, on_miss: Callable[[], None] | None = None,
-                 inflight: InFlight | None = None, flight_wait_s: float = 1800.0) -> None:
+                 inflight: Claims | None = None, flight_wait_s: float = 1800.0) -> None:
         self.cache, self.stats, self.before_load = cache, stats, before_load
-        # single flight among this node's processes (wrapper/flights.py), where the node has a cache dir
+        # single flight among the job's processes (wrapper/flights.py), where the node has a cache dir
         self.flights = Flights(inflight, stats, flight_wait_s, self._publish_in_flight) if inflight else None
         self._route = threading.local()  # .claim: where write() puts an entry in flight instead of a generation
         self.on_miss = on_miss  # a function with nothing to load is traced and compiled: Ray is begun

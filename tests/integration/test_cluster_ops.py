@@ -101,12 +101,16 @@ def drivers(n: int, address: str, shared: str, tmp: pathlib.Path, env: dict[str,
 # compiling on it; the usage errors below need neither and stay in the quick run (-m "not slow")
 @pytest.mark.slow
 def test_four_drivers_compile_each_kernel_once(head: RayHead, tmp_path: pathlib.Path) -> None:
+    """The coordinator's kernel dedupe, the path of functions whose compiled frames are not shared
+    (here: turned off; with them on, one driver would compile the function and the others load
+    it: tests/integration/test_single_flight.py)."""
+    env = {**head.driver_env, "RAYCOMPILE_DYNAMO_CACHE": "0"}
     # one driver alone, on its own fresh shared dir: how many compile jobs the model takes
-    (first,) = drivers(1, head.address, f"file://{tmp_path / 'shared-alone'}", tmp_path / "alone", head.driver_env)
+    (first,) = drivers(1, head.address, f"file://{tmp_path / 'shared-alone'}", tmp_path / "alone", env)
     alone_out, alone = first["out"], first["stats"]
     assert alone["jobs"] > 0 and alone["dedupe_cluster"] == 0
     # four drivers at once, empty local caches, one fresh shared dir
-    results = drivers(4, head.address, f"file://{tmp_path / 'shared'}", tmp_path, head.driver_env)
+    results = drivers(4, head.address, f"file://{tmp_path / 'shared'}", tmp_path, env)
     stats = [r["stats"] for r in results]
     assert sum(s["jobs"] for s in stats) == alone["jobs"], stats
     assert sum(s["dedupe_cluster"] for s in stats) > 0, stats

@@ -1,10 +1,16 @@
-"""One compile per job (issue 31): three ranks of one node (processes sharing the node's cache dir,
-each with empty Inductor caches of its own, joined with no address to the node's `ray start`
-cluster, Ray's defaults) compile the same training step at once (a CPU model with a graph break:
-two frames). One traces and compiles it; the others trace nothing (torch's own counters: no frame
-converted, no graph) and run the frames the owner compiled, served as it compiled them. Every
-rank's loss and gradients are bitwise those of stock Inductor. When the owner is killed while it
-compiles, the waiters compile the step themselves, counted, and nothing hangs.
+"""One compile per job (issue 31): three ranks (processes with empty Inductor caches of their own,
+joined with no address to the machine's `ray start` cluster, Ray's defaults) compile the same
+training step at once (a CPU model with a graph break: two frames). One traces and compiles it;
+the others trace nothing (torch's own counters: no frame converted, no graph) and run the frames
+the owner compiled, served as it compiled them. Every rank's loss and gradients are bitwise those
+of stock Inductor.
+
+- Across nodes: two ranks of node A (one cache dir) and one of node B (another), sharing the
+  cluster's ``ray://head`` tier (the default shared tier of a multi-node cluster): the claims are
+  leases held by the head's cache service, so the job has one owner, whichever node it is on.
+  (Claims in Redis and in a shared directory: tests/unit/test_flight_claims.py.)
+- On one node with no shared tier: the claims are in the node's cache dir. When the owner is
+  killed while it compiles, the waiters compile the step themselves, counted, and nothing hangs.
 """
 
 from __future__ import annotations
@@ -34,14 +40,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield tmpdir
 
 
-def start(ray_tmpdir: str, node_cache: pathlib.Path, where: pathlib.Path, stock: bool = False) -> subprocess.Popen[str]:
-    """A rank: a new process with Inductor caches of its own and the node's raycompile cache dir."""
+def start(ray_tmpdir: str, node_cache: pathlib.Path, where: pathlib.Path, stock: bool = False,
+          shared: str = "none") -> subprocess.Popen[str]:
+    """A rank: a new process with Inductor caches of its own, the node's raycompile cache dir and
+    the ``shared`` tier."""
     where.mkdir(parents=True)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"), "TRITON_CACHE_DIR": str(where / "triton"),
            "RAY_TMPDIR": ray_tmpdir}
     for name in ("RAYCOMPILE_SECRET", "RAY_ADDRESS", "RAY_AUTH_MODE"):
         env.pop(name, None)
-    args = ["", "none", str(node_cache), str(where / "out.pt"), "8"] + (["stock"] if stock else [])
+    args = ["", shared, str(node_cache), str(where / "out.pt"), "8"] + (["stock"] if stock else [])
     return subprocess.Popen([sys.executable, str(DRIVER), *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -56,14 +64,15 @@ def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_three_ranks_compile_once(cluster: str, tmp_path: pathlib.Path) -> None:
-    node = tmp_path / "node-cache"
-    ranks = [start(cluster, node, tmp_path / f"rank{i}") for i in range(3)]
+def test_three_ranks_of_two_nodes_compile_once(cluster: str, tmp_path: pathlib.Path) -> None:
+    nodes = [tmp_path / "node-a-cache", tmp_path / "node-a-cache", tmp_path / "node-b-cache"]
+    ranks = [start(cluster, node, tmp_path / f"rank{i}", shared="ray://head") for i, node in enumerate(nodes)]
     results = [finish(p, tmp_path / f"rank{i}") for i, p in enumerate(ranks)]
     stock = finish(start(cluster, tmp_path / "other-node", tmp_path / "stock", stock=True), tmp_path / "stock")
 
-    roles = sorted(r["stats"]["dynamo_functions"]["__main__.Block.forward"].get("role", "") for r in results)
-    assert roles == ["owner", "waiter", "waiter"], roles
+    rows = [r["stats"]["dynamo_functions"]["__main__.Block.forward"] for r in results]
+    assert sorted(row.get("role", "") for row in rows) == ["owner", "waiter", "waiter"], rows
+    assert all(row.get("flight") == "cluster" for row in rows), rows  # claimed on the head, not per node
     for r in results:
         s = r["stats"]
         role = s["dynamo_functions"]["__main__.Block.forward"]["role"]
@@ -110,5 +119,6 @@ def test_waiters_compile_themselves_when_the_owner_dies(cluster: str, tmp_path: 
             continue
         r = finish(p, tmp_path / f"rank{i}")
         s = r["stats"]
+        assert s["dynamo_functions"]["__main__.Block.forward"]["flight"] == "node", s["dynamo_functions"]
         assert s["dynamo_flight_gave_up"] >= 1 and s["dynamo_frames_traced"] >= 1, s  # compiled itself, counted
         assert equal(r["result"], stock["stock"])

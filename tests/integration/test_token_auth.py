@@ -18,8 +18,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
+import procs
 import pytest
 import torch
 from raystart import RayHead, new_token, ray_head
@@ -34,7 +36,8 @@ pytestmark = pytest.mark.slow  # `ray start --head` clusters, and compiling driv
 def defaults(extra: dict[str, str]) -> dict[str, str]:
     """This process's environment with Ray's defaults (RAY_AUTH_MODE unset: an earlier embedded
     Ray in this process sets it) and no RAY_ADDRESS, then ``extra``."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS", "RAYCOMPILE_SECRET", "RAYCOMPILE_SHARED_CACHE")}
     return {**env, **extra}
 
 
@@ -46,27 +49,50 @@ class Machine:
     def __init__(self, head: RayHead, env: dict[str, str]) -> None:
         self.head, self.env = head, env
 
+    def environ(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        return defaults({**self.env, **(env or {})})
+
     def run(self, *args: str, env: dict[str, str] | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, check=False,
-                              env=defaults({**self.env, **(env or {})}))
+                              env=self.environ(env))
 
     def cli(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return self.run("-m", "raycompile", *args, env=env, timeout=120)
 
-    def status(self, address: str, env: dict[str, str] | None = None) -> dict:
-        proc = self.cli("status", "--json", *(["--address", address] if address else []), env=env)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-        return json.loads(proc.stdout)
+    def joins(self, address: str, tmp: pathlib.Path, env: dict[str, str] | None = None) -> Callable[[], Joined]:
+        """`raycompile status --json` and tests/integration/cluster_driver.py (fallback=False: a
+        refused join fails it, with an empty cache of its own) started now, side by side with
+        other joins; what this returns waits for both."""
+        # set up before the autouse per-test fixtures (tests/conftest.py): their settings, here
+        env = {"RAYCOMPILE_COMPILE_JOBS": "cluster", "XDG_CONFIG_HOME": str(tmp / "config"),
+               "RAYCOMPILE_HEAD_CACHE_DIR": str(tmp / "head"), **(env or {})}
+        status = subprocess.Popen([sys.executable, "-m", "raycompile", "status", "--json",
+                                   *(["--address", address] if address else [])], env=self.environ(env),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tmp.mkdir(parents=True, exist_ok=True)
+        driver = procs.start(HERE / "cluster_driver.py", [address, "", str(tmp / "out.pt")],
+                             self.environ({"RAYCOMPILE_CACHE_DIR": str(tmp / "local"), **env}),
+                             tmp / "out.pt", timeout=600)
 
-    def driver(self, address: str, tmp: pathlib.Path, env: dict[str, str] | None = None) -> dict:
-        """tests/integration/cluster_driver.py (fallback=False: a refused join fails it) with an
-        empty cache of its own; its stats and output."""
-        out = tmp / "out.pt"
-        proc = self.run(str(HERE / "cluster_driver.py"), address, "", str(out),
-                        env={"RAYCOMPILE_CACHE_DIR": str(tmp / "local"), **(env or {})}, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        return torch.load(out)
+        def joined() -> Joined:
+            try:
+                out, err = status.communicate(timeout=120)
+            finally:
+                if status.poll() is None:
+                    status.kill()
+            assert status.returncode == 0, out[-2000:] + err[-3000:]
+            return Joined(json.loads(out), driver())
+
+        return joined
+
+
+@dataclass
+class Joined:
+    """One join's answers: `status --json`, and the driver's stats and output."""
+
+    status: dict
+    saved: dict
 
 
 def machine(tmp: pathlib.Path, auth: str | None) -> Iterator[Machine]:
@@ -93,24 +119,33 @@ def open_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     yield from machine(tmp_path_factory.mktemp("open-cluster"), "disabled")
 
 
-@pytest.mark.parametrize("how", ["no address", "auto", "host:port", "ray://"])
-def test_a_token_cluster_is_joined_as_ray_init_joins_it(authenticated: Machine, how: str,
-                                                         tmp_path: pathlib.Path) -> None:
+TOKEN_WAYS = ("no address", "auto", "host:port", "ray://")
+
+
+@pytest.fixture(scope="module")
+def token_joins(authenticated: Machine, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Callable[[], Joined]]:
+    """Each way of joining the token cluster, all started at once (each test reads its own)."""
+    m, tmp = authenticated, tmp_path_factory.mktemp("token-joins")
+    address = {"no address": "", "auto": "auto", "host:port": m.head.address, "ray://": m.head.client}
+    return {how: m.joins(address[how], tmp / str(i), m.head.driver_env if how in ("host:port", "ray://") else {})
+            for i, how in enumerate(TOKEN_WAYS)}
+
+
+@pytest.mark.parametrize("how", TOKEN_WAYS)
+def test_a_token_cluster_is_joined_as_ray_init_joins_it(authenticated: Machine, token_joins: dict, how: str) -> None:
     """No address and ``auto`` with Ray's defaults; ``host:port`` and Ray Client (``ray://``) with
     RAY_AUTH_MODE=token, as Ray asks for an explicit address. `status` answers, and a compile's
     jobs run on that cluster's node, with nothing falling back (the driver runs with fallback=False)."""
     m = authenticated
-    address = {"no address": "", "auto": "auto", "host:port": m.head.address, "ray://": m.head.client}[how]
-    env = m.head.driver_env if how in ("host:port", "ray://") else {}
-    status = m.status(address, env)
-    (node,) = status["nodes"]
-    assert node["alive"] and node["cpus"] == 2 and status["address"].endswith(m.head.address.rpartition(":")[2])
-    saved = m.driver(address, tmp_path, env)
-    s = saved["stats"]
+    joined = token_joins[how]()
+    (node,) = joined.status["nodes"]
+    assert node["alive"] and node["cpus"] == 2, joined.status
+    assert joined.status["address"].endswith(m.head.address.rpartition(":")[2]), joined.status
+    s = joined.saved["stats"]
     assert s["jobs"] > 0 and s["fallbacks"] == 0 and s["ray_unavailable"] == "", s
     assert set(s["nodes"]) == {node["node_id"]}, s["nodes"]  # every job ran on that cluster
     model, args = examples()["reduction_tail"]
-    torch.testing.assert_close(saved["out"], model(*args), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(joined.saved["out"], model(*args), rtol=1e-5, atol=1e-5)
 
 
 def test_precompile_joins_the_token_cluster_with_no_address(authenticated: Machine, tmp_path: pathlib.Path) -> None:
@@ -148,14 +183,23 @@ def test_a_refused_token_fails_at_once_with_rays_reason_and_the_fix(authenticate
     assert "Authentication token is missing or incorrect" in proc.stdout, proc.stdout
 
 
-@pytest.mark.parametrize("how", ["no address", "host:port"])
-def test_a_cluster_without_token_authentication_is_joined_too(open_cluster: Machine, how: str,
-                                                               tmp_path: pathlib.Path) -> None:
+OPEN_WAYS = ("no address", "host:port")
+
+
+@pytest.fixture(scope="module")
+def open_joins(open_cluster: Machine, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Callable[[], Joined]]:
+    tmp = tmp_path_factory.mktemp("open-joins")
+    return {how: open_cluster.joins(open_cluster.head.address if how == "host:port" else "", tmp / str(i))
+            for i, how in enumerate(OPEN_WAYS)}
+
+
+@pytest.mark.parametrize("how", OPEN_WAYS)
+def test_a_cluster_without_token_authentication_is_joined_too(open_cluster: Machine, open_joins: dict,
+                                                               how: str) -> None:
     """Started with RAY_AUTH_MODE=disabled; drivers with Ray's defaults (a token exists: with no
     address Ray turns token mode on in the driver, which such a cluster accepts)."""
-    m = open_cluster
-    assert not m.head.token_auth and m.head.driver_env == {}
-    address = m.head.address if how == "host:port" else ""
-    (node,) = m.status(address)["nodes"]
-    s = m.driver(address, tmp_path)["stats"]
+    assert not open_cluster.head.token_auth and open_cluster.head.driver_env == {}
+    joined = open_joins[how]()
+    (node,) = joined.status["nodes"]
+    s = joined.saved["stats"]
     assert s["jobs"] > 0 and s["fallbacks"] == 0 and set(s["nodes"]) == {node["node_id"]}, s
