@@ -204,16 +204,13 @@ class Router:
                 return
             here = self._compiles_here(farm)
 
-            def compile() -> Future[Any]:
-                """Inductor's ``out`` resolves as soon as the kernel loads here; what this returns
-                (the cluster dedupe's "done"), once its entry is in the cache too."""
-                stored: Future[Any] = Future()
+            def compile() -> Future[Any]:  # resolves after the entry is in the cache
                 if here:
-                    self._compile_here(job, out, local, key, stored)
+                    self._compile_here(job, out, local, key)
                 else:
                     farm.submit(job).add_done_callback(
-                        lambda f: self._io_or_here(self._deliver, f.result(), job, out, local, key, stored))
-                return stored
+                        lambda f: self._io_or_here(self._deliver, f.result(), job, out, local, key))
+                return out
 
             if key and dedupe is not None:  # one driver of the cluster compiles; the others read its entry
                 dedupe.run(key, compile, lambda: self._reuse(key, job, out))
@@ -227,11 +224,9 @@ class Router:
         source = self._source
         return hasattr(source, "compiles_here") and source.compiles_here(farm)
 
-    def _compile_here(self, job: Job, out: Future[Any], local: Callable[[], Any], key: str,
-                      stored: Future[Any] | None = None) -> None:
+    def _compile_here(self, job: Job, out: Future[Any], local: Callable[[], Any], key: str) -> None:
         """Run the farm's job in this node's own Inductor workers (Triton: its process pool; C++:
-        its thread pool), so the result is cached and shared exactly as a farm job's. ``stored``:
-        see ``_deliver``."""
+        its thread pool), so the result is cached and shared exactly as a farm job's."""
         self.stats.add(jobs_local=1)
         try:
             if isinstance(job, TritonJob):
@@ -240,8 +235,6 @@ class Router:
                 started = self._stock_submit(functools.partial(run_job, job, compat.TOOLCHAIN))
         except RuntimeError as e:  # the pool is shut down (interpreter exit): Inductor's own path
             _chain(self._fallback(local, f"Inductor's compile pool refused the job ({e})"), out)
-            if stored is not None:
-                _chain(out, stored)
             return
         if not isinstance(started, Future):  # one compile thread: it ran synchronously
             done: Future[Any] = Future()
@@ -255,7 +248,7 @@ class Router:
             else:
                 result = f.result()
                 self.stats.ran(result)
-            self._io_or_here(self._deliver, result, job, out, local, key, stored)
+            self._io_or_here(self._deliver, result, job, out, local, key)
 
         started.add_done_callback(finished)
 
@@ -294,11 +287,7 @@ class Router:
         done.set_result(result)
         return done
 
-    def _deliver(self, result: Result, job: Job, out: Future[Any], local: Callable[[], Any], key: str,
-                 stored: Future[Any] | None = None) -> None:
-        """Load ``result`` here and hand it to Inductor (``out``), then write its entry to the
-        tiers: the writes are off the path Inductor waits on. ``stored`` (the cluster dedupe's)
-        resolves as ``out`` did, once the entry is written (or, on a fallback, when ``out`` does)."""
+    def _deliver(self, result: Result, job: Job, out: Future[Any], local: Callable[[], Any], key: str) -> None:
         try:
             if isinstance(result, Failed):
                 if result.kind == "infrastructure":
@@ -306,18 +295,11 @@ class Router:
                     return
                 raise CompileError(job.label, result.node_id, result.message)
             value = self._unpack(local_paths(result.files, job), result.payload, job, result.seconds)
-            out.set_result(value)
             if key:
                 self.cache.put(to_entry(result))
+            out.set_result(value)
         except BaseException as e:  # noqa: BLE001 - raised where Inductor waits
-            if not out.done():
-                out.set_exception(e)
-            else:
-                log.warning("raycompile: %s: its cache entry was not written (%s: %s)", job.label,
-                            type(e).__name__, e)
-        finally:
-            if stored is not None:
-                _chain(out, stored)
+            out.set_exception(e)
 
     @staticmethod
     def _unpack(files: dict[str, bytes], payload: bytes | None, job: Job, seconds: float) -> Any:
