@@ -34,8 +34,6 @@ from ..settings import Settings
 log = logging.getLogger("raycompile.connect")
 
 EMBEDDED = "an embedded local Ray"
-OUTLIVE_GCS = "RAY_gcs_rpc_server_reconnect_timeout_s"  # Ray's config, read when the driver starts
-OUTLIVE_GCS_S = 7 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -176,10 +174,6 @@ def connect(settings: Settings, target: Target | None = None) -> Joined:
         _check_gcs(target, settings.connect_timeout_s)
     try:
         if target.address is not None:
-            # Ray ends a driver whose GCS has been gone for gcs_rpc_server_reconnect_timeout_s (60 s):
-            # a process that joins only to compile outlives its cluster's head (the farm then
-            # compiles locally: farm.py's GCS watch). Not where the user connected Ray, or set it.
-            os.environ.setdefault(OUTLIVE_GCS, str(OUTLIVE_GCS_S))
             ray.init(address=_init_address(target), namespace=settings.namespace, log_to_driver=False,
                      logging_level=logging.WARNING)
         else:

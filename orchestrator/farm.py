@@ -23,7 +23,7 @@ from ..errors import FarmUnavailableError, VersionMismatchError
 from ..kernels import Failed, Job, Result, Toolchain, Versions
 from ..settings import Settings
 from . import raycalls
-from .connect import answers, connect
+from .connect import connect
 from .progress import Progress
 from .remote import COMPILE_RESOURCE, _execute, _probe_versions, _warm, compile_resources
 from .stats import Stats
@@ -33,8 +33,6 @@ log = logging.getLogger("raycompile.farm")
 RESULT_THREADS = 4  # result threads: fetch, count and hand over the results of finished jobs
 RESULT_THREAD_NAME = "raycompile-results"
 CLOSE_WAIT_S = 10.0  # close(): how long it waits for the dispatcher and the result threads
-GCS_CHECK_S = 1.0  # how often the farm checks that the cluster's GCS still answers
-GCS_LOST_S = 8.0  # the GCS silent this long: the cluster is gone, the farm compiles locally
 
 
 @dataclass
@@ -99,9 +97,6 @@ class Farm:
         self.alive = True
         self._thread = threading.Thread(target=self._dispatch, name="raycompile-dispatch", daemon=True)
         self._thread.start()
-        gcs = self._where_gcs()
-        if gcs:
-            threading.Thread(target=self._watch_gcs, args=(gcs,), name="raycompile-gcs-watch", daemon=True).start()
 
     # -- connection --------------------------------------------------------------------------
 
@@ -229,50 +224,6 @@ class Farm:
     @staticmethod
     def _closed_result(p: _Pending) -> Failed:
         return Failed(p.job.key, p.job.label, "the farm was closed", kind="infrastructure")
-
-    # -- the GCS watch ---------------------------------------------------------------------------
-
-    def _where_gcs(self) -> str:
-        """The GCS this process is a driver of (host:port), or "" (Ray Client: the server's)."""
-        try:
-            from ray.util.client import ray as client
-
-            if client.is_connected():
-                return ""
-        except ImportError:
-            pass
-        where = raycalls.address()
-        return where if where.rpartition(":")[2].isdigit() else ""
-
-    def _watch_gcs(self, gcs: str) -> None:
-        """Until closed: when ``gcs`` has not answered for ``GCS_LOST_S``, the cluster is gone
-        (its head died): every job in flight fails as infrastructure (compiled locally), the farm
-        turns dead, and raycompile makes no further call into Ray."""
-        answered = time.monotonic()
-        while not self._closed and self.alive:
-            why = answers(gcs, GCS_CHECK_S)
-            now = time.monotonic()
-            if why is None:
-                answered = now
-            elif now - answered > GCS_LOST_S:
-                self._gcs_lost(gcs, why)
-                return
-            time.sleep(GCS_CHECK_S if why is None else 0.2)  # polled: another machine's port
-
-    def _gcs_lost(self, gcs: str, why: str) -> None:
-        error = FarmUnavailableError(self._where, f"its GCS at {gcs} stopped answering for {GCS_LOST_S:.0f} s "
-                                                  f"({why}); the head node is down")
-        self._mark_dead(error)
-        with self._lock:
-            dead, self._pending = list(self._pending.values()), {}
-        for p in dead:
-            self._hand(p, self._finish, p, Failed(p.job.key, p.job.label, str(error), kind="infrastructure"))
-        # no new call of raycompile's into Ray: each fails at once as "not connected". Ray itself is
-        # not shut down here: an object reference of this process dropped after that would end it
-        # (Ray's QuickExit); a driver that raycompile connected outlives its GCS (connect.py)
-        raycalls.leave(str(error))
-        log.warning("raycompile: the Ray cluster at %s is gone (its GCS stopped answering); compiles run locally "
-                    "from now on", gcs)
 
     def _mark_dead(self, error: BaseException) -> None:
         if self.alive:

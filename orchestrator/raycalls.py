@@ -40,19 +40,10 @@ def is_bug(error: BaseException) -> bool:
     return isinstance(error, ray.exceptions.RayTaskError)
 
 
-_left: list[str] = []  # why this process left its cluster (``leave``), once it did
-
-
-def leave(why: str) -> None:
-    """From now on this process makes no Ray call through raycompile (``require`` and
-    ``connected`` say so, with ``why``): its cluster is gone and Ray is about to be shut down."""
-    _left[:] = [why]
-
-
 def connected() -> bool:
     import ray
 
-    return not _left and bool(ray.is_initialized())
+    return bool(ray.is_initialized())
 
 
 def address() -> str:
@@ -70,7 +61,7 @@ def address() -> str:
 def require(where: str) -> None:
     """Raise FarmUnavailableError unless this process is connected to Ray."""
     if not connected():
-        raise FarmUnavailableError(where, _left[0] if _left else NOT_CONNECTED)
+        raise FarmUnavailableError(where, NOT_CONNECTED)
 
 
 def reason(doing: str, error: BaseException) -> str:

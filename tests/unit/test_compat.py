@@ -132,28 +132,3 @@ def test_a_cpu_install_without_triton_passes_the_check(monkeypatch: pytest.Monke
     with pytest.raises(compat.SeamMissing, match="gone"):
         compat.check()
 
-
-def test_each_sessions_remote_module_caches_use_its_own_backend() -> None:
-    """torch makes its remote AOTAutograd cache once per process (functools.cache): a second
-    session must not be served by the first one's backend (its tiers, its cluster)."""
-    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
-
-    backend_base = compat.remote_cache_backend_base()
-
-    class Named(backend_base):  # type: ignore[misc,valid-type]
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def _get(self, key: str) -> bytes | None:
-            return None
-
-        def _put(self, key: str, data: bytes) -> None:
-            pass
-
-    seen = []
-    for name in ("first session", "second session"):
-        with compat.remote_module_caches(lambda kind, name=name: Named(name)):
-            remote = AOTAutogradCache.get_remote_cache()
-            assert remote is not None
-            seen.append(remote.backend.name)
-    assert seen == ["first session", "second session"]

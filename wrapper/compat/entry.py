@@ -28,10 +28,6 @@ SEAMS: Seams = {
     "config.fx_graph_remote_cache": ("torch._inductor.config", "fx_graph_remote_cache"),
     "functorch.config.enable_remote_autograd_cache": ("torch._functorch.config", "enable_remote_autograd_cache"),
     "RemoteCacheBackend": ("torch._inductor.remote_cache", "RemoteCacheBackend"),
-    # a functools.cache: the remote AOTAutograd cache made once per process, its backend with it
-    "AOTAutogradCache.get_remote_cache": (
-        "torch._functorch._aot_autograd.autograd_cache", "AOTAutogradCache.get_remote_cache"),
-    "FxGraphCache.get_remote_cache": ("torch._inductor.codecache", "FxGraphCache.get_remote_cache"),
     "RemoteFxGraphCache.backend_override_cls": (
         "torch._inductor.remote_cache", "RemoteFxGraphCache.backend_override_cls"),
     "RemoteAOTAutogradCache.backend_override_cls": (
@@ -187,7 +183,6 @@ def remote_module_caches(make_backend: Callable[[str], Any]) -> Iterator[None]:
     rc.RemoteAOTAutogradCache.backend_override_cls = lambda: make_backend("aot")
     inductor_cfg.fx_graph_remote_cache = True
     functorch_config.enable_remote_autograd_cache = True
-    _forget_remote_caches()  # else an earlier session's backend (its tiers, its cluster) serves this one
     try:
         yield
     finally:
@@ -195,19 +190,6 @@ def remote_module_caches(make_backend: Callable[[str], Any]) -> Iterator[None]:
             cls.backend_override_cls = value
         inductor_cfg.fx_graph_remote_cache = saved[2]
         functorch_config.enable_remote_autograd_cache = saved[3]
-        _forget_remote_caches()
-
-
-def _forget_remote_caches() -> None:
-    """Drop the remote caches torch made once per process (``functools.cache``), so the next
-    one is made with the backend installed now."""
-    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
-    from torch._inductor.codecache import FxGraphCache
-
-    for made in (AOTAutogradCache.get_remote_cache, FxGraphCache.get_remote_cache):
-        clear = getattr(made, "cache_clear", None)
-        if clear is not None:
-            clear()
 
 
 def remote_cache_backend_base() -> Any:
