@@ -11,7 +11,9 @@ cluster with no address and no secret (defaults: compiled frames, single flight)
 Reported per run: the slowest rank's first output (seconds from the common start), the graphs each
 rank traced (torch's own ``unique_graphs`` counter), who compiled and who waited, the job's
 CPU-seconds (the whole machine's busy CPU time over the run, from /proc/stat: the ranks, their
-compile workers and Ray alike) and its peak host memory (the machine's used memory above what it
+compile workers and Ray alike; ``cpu_s_by_kind`` splits it by who spent it, from each process's
+/proc/PID/stat sampled every 0.2 s: the ranks, Inductor's compile workers, Ray's processes, other)
+and its peak host memory (the machine's used memory above what it
 was before the run, sampled), and whether every rank's loss is bitwise stock's. Prints a table and
 the ratios to stock measured in the same run; writes JSON under benchmarks/results/. Each rank's
 phases (``phases_s``: torch imported, enable() returned, model built, first output; seconds from
@@ -79,6 +81,37 @@ def _busy_cpu_s() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+# what a process is, by its command line: the job's CPU-seconds split by who spent them
+KINDS = (("compile workers", ("compile_worker",)), ("ray", ("ray::", "raylet", "gcs_server", "default_worker",
+                                                          "ray/_private", "ray.scripts", "ray/dashboard")))
+
+
+def _kind(pid: int, ranks: set[int]) -> str:
+    if pid in ranks:
+        return "ranks"
+    try:
+        cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "other"
+    if "ranks.py --rank" in cmd:  # a rank under py-spy
+        return "ranks"
+    return next((kind for kind, marks in KINDS if any(m in cmd for m in marks)), "other")
+
+
+def _cpu_by_pid() -> dict[int, float]:
+    """Every live process's CPU-seconds so far (utime + stime, /proc/PID/stat)."""
+    out, tick = {}, os.sysconf("SC_CLK_TCK")
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fields = open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(name)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def _used_memory_b() -> int:
     info = dict(line.split(":", 1) for line in open("/proc/meminfo"))
     return (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) * 1024
@@ -90,10 +123,16 @@ def run_job(model: str, n: int, farm: bool, env: dict[str, str], timeout: float,
     peak = [0]
     base = _used_memory_b()
     done = threading.Event()
+    before = _cpu_by_pid()  # processes older than the job (a `ray start` head's idle ones): their CPU from here
+    seen: dict[int, tuple[str, float]] = {}  # pid -> (kind, CPU-seconds it spent in the job so far)
+    rank_pids: set[int] = set()
 
     def sample() -> None:
         while not done.wait(0.2):
             peak[0] = max(peak[0], _used_memory_b() - base)
+            for pid, cpu in _cpu_by_pid().items():
+                kind = seen[pid][0] if pid in seen else _kind(pid, rank_pids)
+                seen[pid] = (kind, cpu - before.get(pid, 0.0))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -109,6 +148,7 @@ def run_job(model: str, n: int, farm: bool, env: dict[str, str], timeout: float,
 
     procs = [subprocess.Popen(command(i), env={**os.environ, **env, "RANK": str(i), "LOCAL_RANK": str(i)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+    rank_pids.update(p.pid for p in procs)
     ranks = []
     for p in procs:
         out, err = p.communicate(timeout=timeout)
@@ -122,7 +162,11 @@ def run_job(model: str, n: int, farm: bool, env: dict[str, str], timeout: float,
     cpu = _busy_cpu_s() - cpu0
     done.set()
     sampler.join()
+    by_kind: dict[str, float] = {}
+    for kind, spent in seen.values():
+        by_kind[kind] = round(by_kind.get(kind, 0.0) + max(spent, 0.0), 1)
     return {"ranks": ranks, "slowest_s": max(r["first_output_s"] for r in ranks), "cpu_s": cpu,
+            "cpu_s_by_kind": by_kind,
             "peak_memory_gib": peak[0] / 2**30, "graphs_traced": [r["graphs_traced"] for r in ranks],
             "losses": sorted({r["loss"] for r in ranks})}
 
@@ -164,9 +208,9 @@ def main() -> int:
                 rows.append((model, n, name, job, stock))
                 doc["runs"].append({"model": model, "ranks": n, "case": name, **job})
                 path.write_text(json.dumps(doc, indent=1))
-                print(f"  {model} x{n} {name}: slowest {job['slowest_s']:.2f} s, cpu {job['cpu_s']:.1f} s, peak "
-                      f"{job['peak_memory_gib']:.2f} GiB, graphs per rank {job['graphs_traced']}, losses "
-                      f"{job['losses']}", flush=True)
+                print(f"  {model} x{n} {name}: slowest {job['slowest_s']:.2f} s, cpu {job['cpu_s']:.1f} s "
+                      f"({job['cpu_s_by_kind']}), peak {job['peak_memory_gib']:.2f} GiB, graphs per rank "
+                      f"{job['graphs_traced']}, losses {job['losses']}", flush=True)
                 for i, r in enumerate(job["ranks"]):
                     print(f"    rank {i}: {r.get('roles') or ''} phases {r['phases_s']} first output "
                           f"{r['first_output_s']:.2f}", flush=True)

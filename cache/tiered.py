@@ -93,9 +93,13 @@ class Cache:
             else:
                 future.set_result((time.monotonic(), answers))
 
+        # A thread of its own, not the executor: the gets that wait for this batch run on the
+        # executor's threads (a kernel's lookup), and a batch queued behind them was waited for
+        # until PREFETCH_WAIT_S by every one of them (a cold Mixtral step's backward module: 60 s
+        # on an H200, its kernels' lookups queued from codegen ahead of the module's batch).
         try:
-            self._submit(fetch)
-        except RuntimeError as e:  # the executor is shut down (the session is closing): each get looks up alone
+            threading.Thread(target=fetch, name="raycompile-batch", daemon=True).start()
+        except RuntimeError as e:  # the interpreter is exiting: each get looks up alone
             with self._lock:
                 for k in wanted:
                     self._prefetch.pop(k, None)
