@@ -295,6 +295,16 @@ class RedisTier:
             self._warned = True
         return Miss("unavailable", str(e))
 
+    def ping(self) -> None:
+        """Raises TierUnavailable unless the server answers (for a command that must tell an
+        unreachable server from an empty tier)."""
+        import redis
+
+        try:
+            self._client.ping()
+        except redis.RedisError as e:
+            raise TierUnavailable(f"Redis at {self.url} does not answer ({e})") from e
+
     def get(self, key: str) -> Entry | Miss:
         return self.get_many([key])[key]
 

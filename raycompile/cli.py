@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     ex.add_argument("--json", action="store_true", help="print the explanations as JSON")
     ex.add_argument("--dir", help="the local tier (default: RAYCOMPILE_CACHE_DIR or ~/.cache/raycompile)")
-    ex.add_argument("--shared", metavar="URL", help="set the misses against this file:///path shared tier")
+    ex.add_argument("--shared", metavar="URL",
+                    help="set the misses against this shared tier: file:///path or redis://host:port/db")
     return p
 
 

@@ -56,6 +56,7 @@ sessions evict least recently used entries beyond it; {ENV_CAP} wins when set.
   raycompile cache import cache.tar.gz    # each entry verified with this secret first; exit 1 if any is refused""",
     "explain": """examples:
   raycompile cache explain --shared file:///mnt/nfs/raycompile   # why the last session here missed
+  raycompile cache explain --shared redis://cache-host:6379/0    # the same against a Redis tier
   raycompile cache explain --json         # against the local tier, for machines
 each kernel the last session in this cache dir compiled, and each function it traced, with the part
 of its key that differs from the nearest entry of the tier: torch, triton or CUDA version, the GPU,
@@ -96,7 +97,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         parser.add_argument("--dir", help="the local tier (default: RAYCOMPILE_CACHE_DIR or ~/.cache/raycompile)")
         if name not in ("zero-stats", "set-max-size"):  # counters and the cap live in the local dir
             parser.add_argument("--shared", metavar="URL",
-                                help="act on this file:///path shared tier instead of the local one")
+                                help="act on this file:///path shared tier instead of the local one"
+                                + (" (explain: or redis://host:port/db)" if name == "explain" else ""))
 
 
 def _size(text: str) -> int:
@@ -302,7 +304,7 @@ def _explain(args: argparse.Namespace) -> int:
         print(f"no record of a session's misses at {path} ({e}); run a session with this cache dir first "
               "(RAYCOMPILE_CACHE_DIR or --dir)", file=sys.stderr)
         return 1
-    tier = _tier(args)
+    tier = _explained_tier(args)
     secrets = _known_keys(shared=bool(getattr(args, "shared", None)))
     stored = explain.read(tier.manifests(), secrets)
     found = explain.explain([(r["label"], r["key"], r.get("parts")) for r in rows], stored, next(iter(secrets)))
@@ -310,11 +312,29 @@ def _explain(args: argparse.Namespace) -> int:
         print(json.dumps([{"label": e.label, "key": e.key, "nearest": e.nearest, "differs": e.differs,
                            "values": e.values, "signer": e.signer, "reason": e.reason} for e in found], indent=1))
         return 0
-    where = getattr(args, "shared", None) or f"the local tier ({tier.root})"
+    where = getattr(args, "shared", None) or f"the local tier ({getattr(tier, 'root', '')})"
     print(f"{len(found)} lookups of the last session missed; set against {len(stored)} entries of {where}:")
     for e in found:
         print(f"  {e.text()}")
     return 0
+
+
+def _explained_tier(args: argparse.Namespace) -> Any:
+    """The tier ``explain`` reads manifests from: ``_tier``'s, or a ``redis://`` one (read only:
+    explain unpickles nothing). Raises SettingsError when that Redis does not answer: an
+    unreachable server must not look like an empty tier."""
+    shared = getattr(args, "shared", None) or ""
+    if not shared.startswith(("redis://", "rediss://")):
+        return _tier(args)
+    from .cache.store import RedisTier, TierUnavailable
+
+    tier = RedisTier(shared, b"")
+    try:
+        tier.ping()
+    except TierUnavailable as e:
+        raise SettingsError(f"--shared {shared!r}: {e}; start it, or check the address (the one the "
+                            "sessions' RAYCOMPILE_SHARED_CACHE names)") from e
+    return tier
 
 
 def _known_keys(shared: bool) -> dict[str, bytes]:

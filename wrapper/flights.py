@@ -6,10 +6,12 @@ traces nothing (``cache/inflight.py`` holds the claims and the frames in flight)
 
 - ``claim`` (``wrapper/frames.py``, at ``torch.compile``'s lookup that found nothing): the owner
   compiles as usual; a waiter's ``torch.compile`` returns at once, as stock's does.
-- The owner's watcher thread publishes what it compiled so far shortly after each frame it traced,
-  and whenever a waiter has appeared since (each frame complete: its backward is compiled with its
-  forward): the owner's first step may wait in a collective on the waiters' ranks, so waiting for
-  the whole step would wait forever; a frame blocked there leaves the watcher free to publish it.
+- The owner's watcher thread publishes what it compiled so far once the owner stops compiling
+  (its frames run, or wait in a collective) after a frame it traced, and whenever a waiter has
+  appeared since (each frame complete: its backward is compiled with its forward): the owner's
+  first step may wait in a collective on the waiters' ranks, so waiting for the whole step would
+  wait forever; a frame blocked there leaves the watcher free to publish it. While the owner
+  compiles, nothing is published: a publish serializes every frame so far under Dynamo's lock.
 - A waiter's frame (``serve``, where Dynamo would trace it) waits for the owner's frames, installs
   them, and runs the one whose guards its inputs pass. It traces the frame itself, counted, when
   the owner compiled that frame for other inputs, finished without it, died (its lock is free), or
@@ -135,9 +137,15 @@ class Flights:
                 owned = list(self._owned.items())
             if not owned:
                 return
+            # While the owner traces or lowers its next frame, nothing is published: a publish
+            # would wait for Dynamo's lock (and, waiting, not renew a lease: counting the waiters
+            # does, and a frame's compile can outlast a lease), then hold the next frame back while
+            # it serializes every frame so far. What the owner compiled goes out once it stops
+            # compiling (its step runs, or waits in a collective): one publish, not one per frame.
+            compiling = compat.precompile.compiling()
             for sid, claim in owned:
                 try:
-                    if claim.waiters():
+                    if claim.waiters() and not compiling:
                         self._publish(sid, claim)
                 except Exception as e:  # noqa: BLE001 - the waiters then trace it themselves, after their wait
                     log.debug("raycompile: frames in flight not published (%s: %s)", type(e).__name__, e)

@@ -92,3 +92,28 @@ def test_each_miss_names_the_part_of_the_key_that_differs(tmp_path: pathlib.Path
     rows = json.loads(proc.stdout)
     assert len(rows) == len(explained) and all(r["signer"] == "this user's key" for r in rows), rows
     assert all("signed with this user's key instead of RAYCOMPILE_SECRET" in r["reason"] for r in rows), rows
+
+
+def test_the_cli_explains_against_a_redis_tier(tmp_path: pathlib.Path, redis_url: str) -> None:
+    """``raycompile explain --shared redis://...``: the misses of a node that compiled another
+    source, set against the entries another node wrote to a real Redis; an unreachable Redis is
+    an error (exit 2), never an empty tier."""
+    import redis
+
+    redis_url = redis_url.replace("/0", "/14")  # a database of its own, emptied: no other test's entries are nearer
+    redis.Redis.from_url(redis_url).flushdb()
+    a, _ = node(tmp_path, "a", redis_url, f)
+    b, explained = node(tmp_path, "b", redis_url, g)
+    assert a["jobs_local"] > 0 and b["jobs_local"] > 0 and explained, (a, b)
+    proc = subprocess.run([sys.executable, "-m", "raycompile", "explain", "--dir", str(tmp_path / "b"),
+                           "--shared", redis_url, "--json"], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = json.loads(proc.stdout)
+    kernels = [r for r in rows if r["label"].startswith("cpp_")]
+    assert len(rows) == len(explained) and kernels, rows
+    assert all("the kernel's source differs from the nearest entry," in r["reason"] for r in kernels), kernels
+    down = subprocess.run([sys.executable, "-m", "raycompile", "explain", "--dir", str(tmp_path / "b"),
+                           "--shared", "redis://127.0.0.1:1/0"], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert down.returncode == 2 and "Redis at redis://127.0.0.1:1/0 does not answer" in down.stderr, down.stderr

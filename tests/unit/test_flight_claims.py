@@ -104,14 +104,16 @@ def test_a_redis_claim_one_owner_then_its_end(redis_url: str) -> None:
 
 
 def test_a_redis_owner_that_stops_renewing_is_gone(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(inflight, "LEASE_S", 0.3)
+    # a lease of 1 s, renewed every 0.3 s for 1.5 s: it outlives its first term only by renewal;
+    # between a renewal and the read after it a loaded machine would have to stall a whole second
+    monkeypatch.setattr(inflight, "LEASE_S", 1.0)
     tier = RedisTier(redis_url, SECRET)
     flights = LeaseInFlight(tier, RedisLeases(tier._client))
     owner, waiter = flights.claim("r2"), flights.claim("r2")
-    for _ in range(4):  # the owner's watcher renews as it counts waiters
+    for _ in range(5):  # the owner's watcher renews as it counts waiters
         assert owner.waiters() == 1 and waiter.owner_alive()
-        time.sleep(0.15)
-    deadline = time.monotonic() + 5  # then it dies: its lease lapses
+        time.sleep(0.3)
+    deadline = time.monotonic() + 10  # then it dies: its lease lapses
     while waiter.owner_alive():
         assert time.monotonic() < deadline, "the lease never lapsed"
         time.sleep(0.05)
