@@ -484,7 +484,12 @@ class Claims:
         if self._store is None:
             tier = self._shared()
             if isinstance(tier, FileTier):
-                self._store = InFlight(os.path.join(tier.root, "flights"), tier, CLUSTER)
+                try:
+                    self._store = InFlight(os.path.join(tier.root, "flights"), tier, CLUSTER)
+                except OSError as e:  # a read-only or full shared directory: lookups still work
+                    log.warning("raycompile: single flight across nodes is unavailable (no claims can be made "
+                                "in %s: %s); compiling once per node", tier.root, e)
+                    self._store = self.node
             elif isinstance(tier, RedisTier):
                 self._store = LeaseInFlight(tier, RedisLeases(tier._client))
             elif hasattr(tier, "leases"):  # the ray://head service's (orchestrator/cache_service.py)
