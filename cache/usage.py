@@ -51,6 +51,8 @@ COUNTERS = (
     "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full", "dynamo_unsaveable", "dynamo_write_failed",
     # single flight among a node's processes (wrapper/flights.py)
     "dynamo_frames_served", "dynamo_flight_traced", "dynamo_flight_gave_up", "dynamo_flight_wait_seconds",
+    # single flight of whole graphs among a node's processes (wrapper/module_cache.py)
+    "graph_flight_owned", "graph_flight_served", "graph_flight_gave_up", "graph_flight_wait_seconds",
     # whole-graph compiles on the cluster (settings.graph_compiles)
     "graphs_sent", "graphs_backward_deferred", "graphs_backward_early", "graphs_forward_here", "graphs_refused",
     "graphs_failed", "graph_kernel_jobs", "graph_workers_warmed", "graph_compile_seconds", "graph_wait_seconds",

@@ -91,6 +91,11 @@ class Stats:
         self.dynamo_flight_wait_seconds = 0.0  # how long its frames waited for that process
         self.dynamo_flight_traced = 0  # frames the owner compiled for other inputs: traced here
         self.dynamo_flight_gave_up = 0  # waits given up (the owner died, finished without it, or stalled)
+        # single flight of whole graphs (wrapper/module_cache.py): AOTAutograd-cache misses of a node's processes
+        self.graph_flight_owned = 0  # graphs this process compiled for the node's processes waiting on them
+        self.graph_flight_served = 0  # graphs another process of the node compiled, loaded here: no lowering
+        self.graph_flight_gave_up = 0  # waits given up (the owner ended without its entry, died, or stalled)
+        self.graph_flight_wait_seconds = 0.0  # how long this process's graphs waited for their owners
         self.dynamo_functions: dict[str, dict[str, Any]] = {}  # function -> its path and frame counts
         self.dynamo_unsaveable_reasons: Counter[str] = Counter()  # why frames were not saved (torch's words)
         self.missed_keys: list[tuple[str, str]] = []  # (label, key) of lookups that missed: raycompile.explain()
@@ -230,6 +235,9 @@ class Stats:
                 "gpus": dict(self.gpus),
                 **{k: getattr(self, k) for k in DYNAMO_COUNTERS},
                 "dynamo_flight_wait_seconds": round(self.dynamo_flight_wait_seconds, 3),
+                "graph_flight_owned": self.graph_flight_owned, "graph_flight_served": self.graph_flight_served,
+                "graph_flight_gave_up": self.graph_flight_gave_up,
+                "graph_flight_wait_seconds": round(self.graph_flight_wait_seconds, 3),
                 "dynamo_functions": {k: dict(v) for k, v in self.dynamo_functions.items()},
                 "dynamo_unsaveable_reasons": dict(self.dynamo_unsaveable_reasons),
                 **{k: getattr(self, k) for k in GRAPH_COUNTERS},

@@ -277,8 +277,15 @@ class Session:
                                                         lambda: progress_wanted(settings.progress),
                                                         prefetch=self.cache.prefetch))
             process_pool, submit = compat.stock_pools()
+            flights = None
+            if self.cache.local is not None:  # whole graphs single-flighted among this node's processes
+                from .cache.inflight import InFlight
+                from .wrapper.module_cache import ModuleFlights
+
+                flights = ModuleFlights(InFlight(os.path.join(self.cache_root, "flights"), self.cache.local),
+                                        self.cache, self.stats, settings.job_timeout_s)
             hooks = Hooks(Router(self.startup, self.stats, process_pool, submit, self.cache, io=self.io,
-                                 job_timeout_s=settings.job_timeout_s))
+                                 job_timeout_s=settings.job_timeout_s), module_flights=flights)
             try:
                 hooks.install()  # undoes what it did when it raises
             except BaseException:

@@ -329,8 +329,9 @@ def _chain(source: Future[Any], target: Future[Any]) -> None:
 class Hooks:
     """Installs a Router into Inductor's async compile; ``uninstall`` restores stock exactly."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, module_flights: Any = None) -> None:
         self.router = router
+        self.module_flights = module_flights  # wrapper.module_cache.ModuleFlights: graphs single-flighted
         self._installed = contextlib.ExitStack()
 
     def install(self) -> None:
@@ -351,8 +352,10 @@ class Hooks:
         if router.cache is not None:
             from .module_cache import make_backend
 
-            cache = router.cache
-            self._installed.enter_context(compat.remote_module_caches(lambda kind: make_backend(cache, kind)))
+            cache, flights = router.cache, self.module_flights
+            self._installed.enter_context(compat.remote_module_caches(lambda kind: make_backend(cache, kind, flights)))
+            if flights is not None:
+                self._installed.callback(flights.close)
         self._install_output_module()
         # the farm's workers compile with Inductor's ptxas; so does this process (its Triton
         # cache lookups then find the cubins they published)

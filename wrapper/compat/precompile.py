@@ -20,6 +20,8 @@ from ._base import Seams
 CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
 
 SEAMS: Seams = {
+    "functorch.config.force_non_lazy_backward_lowering": (
+        "torch._functorch.config", "force_non_lazy_backward_lowering"),
     "package.PrecompileCacheEntry": ("torch._dynamo.package", "PrecompileCacheEntry"),
     "package._hash_sourcelines": ("torch._dynamo.package", "_hash_sourcelines"),
     "package.load_guards_state": ("torch._dynamo.package", "load_guards_state"),
@@ -226,6 +228,15 @@ def compiling() -> bool:
         compile_lock.release()
         return False
     return True
+
+
+def backward_with_forward() -> bool:
+    """Whether AOTAutograd lowers a training graph's backward with its forward (compiled frames
+    turn ``force_non_lazy_backward_lowering`` on), so that the graph's AOTAutograd cache entry is
+    written when its compile ends, not at its first backward."""
+    from torch._functorch import config
+
+    return bool(config.force_non_lazy_backward_lowering)
 
 
 def traced_frames() -> int:
