@@ -47,9 +47,15 @@ class ModuleFlights:
         waited for an owner that ended without it), else the owner's entry, waited for. Without
         the backward lowered with the forward (``dynamo_cache`` off), a training graph's entry
         would come only at its first backward, after its owner's compile: no flight, as stock."""
-        if not compat.precompile.backward_with_forward():
+        # closed: torch keeps the remote cache it made for the process's first session (its
+        # get_remote_cache is a functools.cache), so a later session's graphs may still come here
+        if self._stop.is_set() or not compat.precompile.backward_with_forward():
             return None
-        claim = self.claims.claim(mkey)
+        try:
+            claim = self.claims.claim(mkey)
+        except OSError as e:  # the node's flights dir cannot take a claim (full, read-only): compile it, as stock
+            log.debug("raycompile: no graph flight for %s (%s)", mkey[:12], e)
+            return None
         if claim.role == OWNER:
             got = self._lookup(mkey)  # written by an owner that finished between the miss and the claim
             if got is not None:
