@@ -42,6 +42,7 @@ def summary(stats: Mapping[str, Any], records: list[JobRecord], node_names: Mapp
     lines.extend(ray_lines(stats))
     lines.extend(autotune_lines(stats))
     lines.extend(frames_lines(stats))
+    lines.extend(flight_lines(stats))
     lines.extend(graphs_lines(stats))
     return "\n".join(lines)
 
@@ -88,8 +89,24 @@ def frames_lines(stats: Mapping[str, Any]) -> list[str]:
              f"unkeyed {stats.get('dynamo_unkeyed', 0)}"]
     for name, row in sorted(functions.items()):
         gen = f"   generation {row['generation']}" if row.get("generation") is not None else ""
-        lines.append(f"    {name[:70]:<72}loaded {row['loaded']:>3}   traced {row['traced']:>3}{gen}")
+        role = f"   {row['role']} ({row.get('flight', 'node')})" if row.get("role") else ""
+        lines.append(f"    {name[:70]:<72}loaded {row['loaded']:>3}   traced {row['traced']:>3}{gen}{role}")
     return lines
+
+
+def flight_lines(stats: Mapping[str, Any]) -> list[str]:
+    """Single flight: what this process waited for another process's compile of ([] if nothing)."""
+    frames = (stats.get("dynamo_frames_served", 0), stats.get("dynamo_flight_traced", 0),
+              stats.get("dynamo_flight_gave_up", 0))
+    graphs = (stats.get("graph_flight_owned", 0), stats.get("graph_flight_served", 0),
+              stats.get("graph_flight_gave_up", 0))
+    if not any(frames) and not any(graphs):
+        return []
+    return [f"  single flight: frames served from another process's compile {frames[0]} (waited "
+            f"{stats.get('dynamo_flight_wait_seconds', 0.0):.1f} s), traced here after all {frames[1]}, waits given "
+            f"up {frames[2]}; whole graphs lowered here for others {graphs[0]}, loaded from another process's "
+            f"compile {graphs[1]} (waited {stats.get('graph_flight_wait_seconds', 0.0):.1f} s), waits given up "
+            f"{graphs[2]}"]
 
 
 def autotune_lines(stats: Mapping[str, Any]) -> list[str]:

@@ -30,7 +30,7 @@ def main(cache_dir: str, out_path: str, stock: str = "") -> None:
         raycompile.disable()
     from torch._dynamo.utils import counters
 
-    torch.save({"stats": raycompile.stats(), "result": result,
+    torch.save({"stats": raycompile.stats(), "result": result, "report": raycompile.report(),
                 "lowered": int(counters["inductor"]["fxgraph_cache_miss"]),
                 "aot_hits": int(counters["aot_autograd"]["autograd_cache_hit"]),
                 "graphs_traced": int(counters["stats"]["unique_graphs"])}, out_path)

@@ -56,3 +56,6 @@ def test_three_ranks_of_one_node_lower_each_graph_once(tmp_path: pathlib.Path) -
         for name, value in stock["result"].items():
             assert torch.equal(r["result"][name], value), name
     assert sum(s["graph_flight_served"] for s in stats) >= 1, stats  # at least one rank waited and was served
+    owner = next(r for r in results if r["stats"]["graph_flight_owned"])  # report() says who compiled for whom
+    assert f"whole graphs lowered here for others {owner['stats']['graph_flight_owned']}," in owner["report"], \
+        owner["report"]
