@@ -28,6 +28,7 @@ from ..errors import CompileError
 from ..kernels import Failed, Job, Result, TritonJob, Versions, run_job
 from . import compat, runtime
 from .jobs import cpp_job_for, local_paths, to_entry, triton_job_for
+from .module_cache import ModuleFlights, make_backend
 
 log = logging.getLogger("raycompile.hooks")
 
@@ -329,9 +330,9 @@ def _chain(source: Future[Any], target: Future[Any]) -> None:
 class Hooks:
     """Installs a Router into Inductor's async compile; ``uninstall`` restores stock exactly."""
 
-    def __init__(self, router: Router, module_flights: Any = None) -> None:
+    def __init__(self, router: Router, module_flights: ModuleFlights | None = None) -> None:
         self.router = router
-        self.module_flights = module_flights  # wrapper.module_cache.ModuleFlights: graphs single-flighted
+        self.module_flights = module_flights  # whole graphs single-flighted among the node's processes
         self._installed = contextlib.ExitStack()
 
     def install(self) -> None:
@@ -350,8 +351,6 @@ class Hooks:
         # seam is the one path every compile takes, the output module's included
         self._installed.enter_context(compat.pools_routed(router, router.submit_task))
         if router.cache is not None:
-            from .module_cache import make_backend
-
             cache, flights = router.cache, self.module_flights
             self._installed.enter_context(compat.remote_module_caches(lambda kind: make_backend(cache, kind, flights)))
             if flights is not None:
