@@ -51,6 +51,9 @@ class ModuleFlights:
         # get_remote_cache is a functools.cache), so a later session's graphs may still come here
         if self._stop.is_set() or not compat.precompile.backward_with_forward():
             return None
+        with self._lock:
+            if mkey in self._owned:  # this process compiles it already (an identical graph of another
+                return None  # frame, its entry not written): a claim of its own would wait on itself
         try:
             claim = self.claims.claim(mkey)
         except OSError as e:  # the node's flights dir cannot take a claim (full, read-only): compile it, as stock
