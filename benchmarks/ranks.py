@@ -146,7 +146,10 @@ def run_job(model: str, n: int, farm: bool, env: dict[str, str], timeout: float,
 
         return sampled(spy[0], f"{spy[1]}_rank{i}.json", cmd)
 
-    procs = [subprocess.Popen(command(i), env={**os.environ, **env, "RANK": str(i), "LOCAL_RANK": str(i)},
+    # RANK, not LOCAL_RANK: these ranks share one GPU, while torchrun's LOCAL_RANK names a rank's own
+    # GPU, and single flight is shared only by the ranks of one device (wrapper/flights.py)
+    procs = [subprocess.Popen(command(i), env={**{k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}, **env,
+                                               "RANK": str(i)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
     rank_pids.update(p.pid for p in procs)
     ranks = []

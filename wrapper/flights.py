@@ -21,6 +21,7 @@ traces nothing (``cache/inflight.py`` holds the claims and the frames in flight)
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import weakref
@@ -49,6 +50,25 @@ class _Wait:
     installed: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (code, guard manager, compiled code)
 
 
+def _device_tag() -> str:
+    """The device this process's frames are compiled for, as far as ``torch.compile``'s call can
+    tell, so that only ranks of one device share a flight: the frames' tensor guards name the
+    device index, and a rank on another GPU would wait for the owner's frames only to fail their
+    guards and trace them itself, after the owner (an entry made on cuda:0 does not serve cuda:3
+    yet). Where there are GPUs: the current CUDA device once CUDA is up, and torchrun's LOCAL_RANK
+    (a rank's GPU, also where its script moves the model to ``cuda:LOCAL_RANK`` without
+    ``set_device``); on CPU none: the ranks share."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return ""
+    parts = [f"cuda{torch.cuda.current_device()}"] if torch.cuda.is_initialized() else []
+    rank = os.environ.get("LOCAL_RANK", "")
+    if rank.isdigit():
+        parts.append(f"rank{rank}")
+    return ".".join(parts)
+
+
 class Flights:
     """``inflight``: where claims are made (the shared tier's, or this node's); ``stats``: the
     session's counters; ``wait_s``: how long a waiter waits for the owner's next frame;
@@ -72,6 +92,7 @@ class Flights:
         waits on another process's (its frames are then served by ``serve``; ``reload`` finds the
         entry the owner wrote, where its frames in flight lack one). A function this process
         compiles already (again after ``torch._dynamo.reset()``, say) is compiled again here, as stock does."""
+        key = f"{key}.{device}" if (device := _device_tag()) else key
         with self._lock:
             mine = any(claim.key == key for claim in self._owned.values())
         if mine:
