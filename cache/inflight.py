@@ -503,7 +503,11 @@ class Claims:
         if store is not self.node:
             try:
                 return store.claim(key)
-            except Exception as e:  # noqa: BLE001 - Redis or the shared directory unreachable: this node's
+            except OSError as e:  # the shared directory cannot take claims (read-only, full): from now on, the node's
+                log.warning("raycompile: single flight across nodes is unavailable (%s: %s); compiling "
+                            "once per node", type(e).__name__, e)
+                self._store = self.node
+            except Exception as e:  # noqa: BLE001 - Redis or the head service unreachable: this node's, this time
                 log.warning("raycompile: single flight across nodes is unavailable (%s: %s); compiling "
                             "once per node", type(e).__name__, e)
         return self.node.claim(key)

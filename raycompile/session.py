@@ -282,8 +282,11 @@ class Session:
                 from .cache.inflight import InFlight
                 from .wrapper.module_cache import ModuleFlights
 
-                flights = ModuleFlights(InFlight(os.path.join(self.cache_root, "flights"), self.cache.local),
-                                        self.cache, self.stats, settings.job_timeout_s)
+                try:
+                    flights = ModuleFlights(InFlight(os.path.join(self.cache_root, "flights"), self.cache.local),
+                                            self.cache, self.stats, settings.job_timeout_s)
+                except OSError as e:  # no flights dir here (a read-only cache dir): every graph lowered, as stock
+                    log.warning("raycompile: whole graphs are not single-flighted (%s)", e)
             hooks = Hooks(Router(self.startup, self.stats, process_pool, submit, self.cache, io=self.io,
                                  job_timeout_s=settings.job_timeout_s), module_flights=flights)
             try:

@@ -36,6 +36,7 @@ from . import compat
 log = logging.getLogger("raycompile.frames")
 
 POLL_S = 0.05  # how often a waiter looks for the owner's next frames
+STALE_S = 15.0  # an owner compiling longer than this publishes at its next frame's end all the same
 WATCH_S = 0.25  # how often an owner looks for waiters that came after its last frame
 COALESCE_S = 0.2  # after a traced frame, how long the owner's watcher waits for the next before publishing
 
@@ -72,14 +73,16 @@ def _device_tag() -> str:
 class Flights:
     """``inflight``: where claims are made (the shared tier's, or this node's); ``stats``: the
     session's counters; ``wait_s``: how long a waiter waits for the owner's next frame;
-    ``publish(sid, claim)``: writes what the owner compiled so far into its claim
-    (``FrameCache``, which knows how an entry is made)."""
+    ``publish(sid, claim, wait)``: writes what the owner compiled so far into its claim, waiting
+    at most ``wait`` for Dynamo's lock; whether it did (``FrameCache``, which knows how an entry
+    is made)."""
 
     def __init__(self, inflight: Claims, stats: Any, wait_s: float,
-                 publish: Callable[[str, FlightClaim], None]) -> None:
+                 publish: Callable[[str, FlightClaim, float], bool]) -> None:
         self.inflight, self.stats, self.wait_s, self._publish = inflight, stats, wait_s, publish
         self._waiting: weakref.WeakKeyDictionary[Any, _Wait] = weakref.WeakKeyDictionary()
         self._owned: dict[str, FlightClaim] = {}  # source id -> the claim this process owns
+        self._published: dict[str, float] = {}  # source id -> when its frames were last published (or claimed)
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
@@ -102,6 +105,7 @@ class Flights:
             with self._lock:
                 old = self._owned.pop(sid, None)
                 self._owned[sid] = claim
+                self._published[sid] = time.monotonic()
             if old is not None:
                 old.release()
             self.stats.flight(label, "owner", claim.where)
@@ -139,6 +143,7 @@ class Flights:
         """``sid``'s entry is in the tiers: its flight is over."""
         with self._lock:
             claim = self._owned.pop(sid, None)
+            self._published.pop(sid, None)
         if claim is not None:
             claim.release()
 
@@ -159,15 +164,20 @@ class Flights:
             if not owned:
                 return
             # While the owner traces or lowers its next frame, nothing is published: a publish
-            # would wait for Dynamo's lock (and, waiting, not renew a lease: counting the waiters
-            # does, and a frame's compile can outlast a lease), then hold the next frame back while
-            # it serializes every frame so far. What the owner compiled goes out once it stops
-            # compiling (its step runs, or waits in a collective): one publish, not one per frame.
+            # takes Dynamo's lock and holds the next frame back while it serializes every frame
+            # so far. What the owner compiled goes out once it stops compiling (its step runs, or
+            # waits in a collective): one publish, not one per frame; and, when it has compiled
+            # for STALE_S since the last, at the end of its current frame, so that its waiters see
+            # progress. The lock is never waited for longer than one round: counting the waiters
+            # renews a lease, and a frame's compile can outlast one.
             compiling = compat.precompile.compiling()
             for sid, claim in owned:
                 try:
-                    if claim.waiters() and not compiling:
-                        self._publish(sid, claim)
+                    if not claim.waiters():
+                        continue
+                    stale = time.monotonic() - self._published.get(sid, 0.0) > STALE_S
+                    if (not compiling or stale) and self._publish(sid, claim, WATCH_S if compiling else 0.0):
+                        self._published[sid] = time.monotonic()
                 except Exception as e:  # noqa: BLE001 - the waiters then trace it themselves, after their wait
                     log.debug("raycompile: frames in flight not published (%s: %s)", type(e).__name__, e)
 

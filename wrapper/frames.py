@@ -325,20 +325,23 @@ class FrameCache:
             return
         self.publish()
 
-    def _publish_in_flight(self, sid: str, claim: Any) -> None:
-        """What this process compiled of ``sid`` so far, into its claim (if complete and grown)."""
+    def _publish_in_flight(self, sid: str, claim: Any, wait: float) -> bool:
+        """What this process compiled of ``sid`` so far, into its claim (if complete and grown),
+        waiting at most ``wait`` for Dynamo's lock; whether it was published."""
         ready, incomplete = compat.precompile.recorded()
         frames = ready.get(sid, 0)
         log.debug("raycompile: in flight: %s has %d complete frames (%d published; incomplete: %s)",
                   getattr(self._known.get(sid), "label", sid), frames, claim.frames, sid in incomplete)
         if frames <= claim.frames:
-            return
+            return False
         self._route.claim = claim
         try:
-            compat.precompile.save({sid})
+            if not compat.precompile.save({sid}, wait):
+                return False
         finally:
             self._route.claim = None
         claim.frames = frames
+        return True
 
     def publish(self, final: bool = False) -> int:
         """Write every keyed function whose complete package has frames its last entry lacks;

@@ -51,9 +51,12 @@ class ModuleFlights:
         # get_remote_cache is a functools.cache), so a later session's graphs may still come here
         if self._stop.is_set() or not compat.precompile.backward_with_forward():
             return None
-        with self._lock:
-            if mkey in self._owned:  # this process compiles it already (an identical graph of another
-                return None  # frame, its entry not written): a claim of its own would wait on itself
+        # Dynamo compiles one graph at a time: a graph this process claimed before has been
+        # compiled by now, its entry written or never to be (a bypassed save), so its claim ends
+        # here, before this process waits on anyone (two owners of unwritten graphs, each waiting
+        # on the other's, would both wait out wait_s) or claims the same graph again (an identical
+        # graph of its next frame: a claim of its own would wait on itself)
+        self._release_all()
         try:
             claim = self.claims.claim(mkey)
         except OSError as e:  # the node's flights dir cannot take a claim (full, read-only): compile it, as stock
@@ -84,10 +87,13 @@ class ModuleFlights:
 
     def _wait(self, mkey: str, claim: Claim) -> Entry | None:
         t0 = time.monotonic()
+        local = self.cache.local
         try:
             while True:
                 alive = claim.owner_alive()  # before the lookup: an owner that wrote, then ended, is found
-                got = self._lookup(mkey)
+                # the owner is of this node and writes the local tier first: polled there; the
+                # tiers whole once it has ended
+                got = self._local(mkey) if alive and local is not None else self._lookup(mkey)
                 if got is not None:
                     self.stats.add(graph_flight_served=1, graph_flight_wait_seconds=time.monotonic() - t0)
                     return got
@@ -101,6 +107,10 @@ class ModuleFlights:
                 time.sleep(POLL_S)  # another process's file: nothing to wait on
         finally:
             claim.stop_waiting()
+
+    def _local(self, mkey: str) -> Entry | None:
+        got = self.cache.local.get(mkey) if self.cache.local is not None else None
+        return got if isinstance(got, Entry) else None
 
     def _lookup(self, mkey: str) -> Entry | None:
         got = self.cache.lookup_many([mkey]).get(mkey)

@@ -203,13 +203,16 @@ def recorded() -> tuple[dict[str, int], list[str]]:
     return complete, incomplete
 
 
-def save(source_ids: set[str]) -> None:
+def save(source_ids: set[str], wait: float | None = None) -> bool:
     """Write the complete packages in ``source_ids`` through the cache's ``write`` (under Dynamo's
-    compile lock, so no frame is being traced meanwhile). Others are left as they are."""
+    compile lock, so no frame is being traced meanwhile). Others are left as they are. ``wait``:
+    how long to wait for that lock (None: as long as it takes); False when it was not had."""
     from torch._dynamo.convert_frame import compile_lock
     from torch._dynamo.precompile_context import PrecompileContext
 
-    with compile_lock:
+    if not compile_lock.acquire(timeout=-1 if wait is None else wait):
+        return False
+    try:
         entries = PrecompileContext._dynamo_cache_entries
         held = {k: v for k, v in entries.items() if k not in source_ids}
         try:
@@ -218,6 +221,9 @@ def save(source_ids: set[str]) -> None:
             PrecompileContext.save_to_dynamo_cache()
         finally:
             entries.update(held)
+    finally:
+        compile_lock.release()
+    return True
 
 
 def compiling() -> bool:
