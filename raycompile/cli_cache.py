@@ -326,9 +326,10 @@ def _explained_tier(args: argparse.Namespace) -> Any:
     shared = getattr(args, "shared", None) or ""
     if not shared.startswith(("redis://", "rediss://")):
         return _tier(args)
-    from .cache.store import RedisTier, TierUnavailable
+    from .cache.store import TierUnavailable
+    from .cache.tiered import shared_tier
 
-    tier = RedisTier(shared, b"")
+    tier = shared_tier(shared, b"")  # read only: manifests are read, nothing is verified or unpickled
     try:
         tier.ping()
     except TierUnavailable as e:

@@ -11,7 +11,8 @@ traces nothing (``cache/inflight.py`` holds the claims and the frames in flight)
   appeared since (each frame complete: its backward is compiled with its forward): the owner's
   first step may wait in a collective on the waiters' ranks, so waiting for the whole step would
   wait forever; a frame blocked there leaves the watcher free to publish it. While the owner
-  compiles, nothing is published: a publish serializes every frame so far under Dynamo's lock.
+  compiles, a publish (every frame so far, serialized under Dynamo's lock) comes only at the end
+  of a frame once the last is ``STALE_S`` old.
 - A waiter's frame (``serve``, where Dynamo would trace it) waits for the owner's frames, installs
   them, and runs the one whose guards its inputs pass. It traces the frame itself, counted, when
   the owner compiled that frame for other inputs, finished without it, died (its lock is free), or

@@ -87,13 +87,12 @@ class ModuleFlights:
 
     def _wait(self, mkey: str, claim: Claim) -> Entry | None:
         t0 = time.monotonic()
-        local = self.cache.local
         try:
             while True:
                 alive = claim.owner_alive()  # before the lookup: an owner that wrote, then ended, is found
                 # the owner is of this node and writes the local tier first: polled there; the
                 # tiers whole once it has ended
-                got = self._local(mkey) if alive and local is not None else self._lookup(mkey)
+                got = self._local(mkey) if alive else self._lookup(mkey)
                 if got is not None:
                     self.stats.add(graph_flight_served=1, graph_flight_wait_seconds=time.monotonic() - t0)
                     return got
@@ -109,7 +108,9 @@ class ModuleFlights:
             claim.stop_waiting()
 
     def _local(self, mkey: str) -> Entry | None:
-        got = self.cache.local.get(mkey) if self.cache.local is not None else None
+        if self.cache.local is None:  # no node tier (the session makes none then): the tiers whole
+            return self._lookup(mkey)
+        got = self.cache.local.get(mkey)
         return got if isinstance(got, Entry) else None
 
     def _lookup(self, mkey: str) -> Entry | None:

@@ -45,8 +45,16 @@ def _get(flights: ModuleFlights) -> Entry | None:
         return flights.get(KEY)
 
 
-def _waiting(tmp: pathlib.Path) -> bool:
-    return any((tmp / "node" / "flights").glob(f"{KEY}.waiting.*"))
+def _waiter(pool: concurrent.futures.Executor, flights: ModuleFlights,
+            tmp: pathlib.Path) -> concurrent.futures.Future[Entry | None]:
+    """``_get`` started, once it waits (its announcement, another claimant's file: polled)."""
+    waiter = pool.submit(_get, flights)
+    for _ in range(300):
+        if any((tmp / "node" / "flights").glob(f"{KEY}.waiting.*")) or waiter.done():
+            break
+        concurrent.futures.wait([waiter], timeout=0.1)
+    assert not waiter.done(), waiter.result()
+    return waiter
 
 
 def test_one_owns_the_other_is_served_and_an_owner_never_waits_on_itself(node, tmp_path: pathlib.Path) -> None:
@@ -55,12 +63,7 @@ def test_one_owns_the_other_is_served_and_an_owner_never_waits_on_itself(node, t
         assert owner.get(KEY) is None and owner_stats.graph_flight_owned == 1
         assert owner.get(KEY) is None  # an identical graph of its next frame: compiled, not waited on
         assert owner_stats.graph_flight_gave_up == 0 and owner_stats.graph_flight_served == 0
-        waiter = pool.submit(_get, other)
-        for _ in range(300):  # polled: the waiter's announcement, another claimant's file
-            if _waiting(tmp_path) or waiter.done():
-                break
-            concurrent.futures.wait([waiter], timeout=0.1)
-        assert not waiter.done(), waiter.result()
+        waiter = _waiter(pool, other, tmp_path)
         cache.put(Entry(KEY, {"value": b"the compiled graph"}, {"label": "aot module"}))
         owner.put(KEY)
         got = waiter.result(timeout=30)
@@ -73,12 +76,7 @@ def test_an_owner_that_stops_compiling_without_an_entry_lets_its_waiter_compile(
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         with compile_lock:
             assert owner.get(KEY) is None
-            waiter = pool.submit(_get, other)
-            for _ in range(300):
-                if _waiting(tmp_path) or waiter.done():
-                    break
-                concurrent.futures.wait([waiter], timeout=0.1)
-            assert not waiter.done(), waiter.result()
+            waiter = _waiter(pool, other, tmp_path)
         # Dynamo's lock is free: the owner's compile is over and wrote nothing (a bypassed save)
         assert waiter.result(timeout=30) is None
     assert other_stats.graph_flight_gave_up == 1 and other_stats.graph_flight_served == 0
