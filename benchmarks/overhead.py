@@ -1,7 +1,7 @@
 """What turning raycompile on costs, and what a warm node gets, against stock PyTorch in the same run.
 
     python benchmarks/overhead.py [--models gpt2 mixtral bert] [--cases ...] [--rounds N] [--bytecode-cache]
-        [--sample PY_SPY] [--label NAME]
+        [--sample PY_SPY] [--warm-index N] [--label NAME]
 
 A training step (forward, loss, backward) of models built from transformers configs (random
 weights; bf16 on a GPU, fp32 small on a CPU). Each case is a NEW process; the parent times it from
@@ -32,7 +32,9 @@ before the first case (not timed), so no case pays for it alone.
 farm's cold cases in alternating order; a table of medians gives each case's median ratio to
 stock's case of the same round. ``--sample PY_SPY``: the first round's cases run under py-spy
 (every thread, waits included); ``benchmarks/timeline.py`` prints where each main thread spent its
-time and what it waited on.
+time and what it waited on. ``--warm-index N`` (a machine with several GPUs): the farm's warm
+cases run on ``cuda:N`` (``torch.cuda.set_device``, as a rank of torchrun sets its GPU), loading
+frames the cold case compiled on ``cuda:0``; the table's "on" column names each loss's device.
 
 A Ray cluster is started first (``ray start --head``), as on a node of a cluster; raycompile
 joins it with no address (its current-cluster file) and no secret (the cluster holds one).
@@ -125,6 +127,13 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
     import transformers  # noqa: F401 - counted with the imports
 
     t_import = time.perf_counter() - t0
+    if os.environ.get("OVERHEAD_LOG"):  # a diagnosis: raycompile's debug log, appended to this file
+        import logging
+
+        logging.basicConfig(filename=os.environ["OVERHEAD_LOG"], format=f"{case} %(name)s: %(message)s")
+        logging.getLogger("raycompile").setLevel(logging.DEBUG)
+    if os.environ.get("OVERHEAD_CUDA_INDEX"):  # --warm-index: this rank's GPU, as torchrun's scripts set it
+        torch.cuda.set_device(int(os.environ["OVERHEAD_CUDA_INDEX"]))
     farm = case.startswith(("farm", "kernels"))
     profile_to = os.environ.get("OVERHEAD_PROFILE")
     profiler = None
@@ -180,7 +189,7 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
     print("RESULT " + json.dumps({
         "imports_s": t_import, "enable_s": t_enable, "load_s": t_load, "build_s": t_build, "call_s": t_call,
         "torch_compile_s": t_compile,
-        "first_output_epoch": first_output, "loss": float(loss.float()),
+        "first_output_epoch": first_output, "loss": float(loss.float()), "loss_device": str(loss.device),
         "jobs": stats.get("jobs"), "jobs_local": stats.get("jobs_local"), "benchmarks": stats.get("benchmarks"),
         "tuned_here": stats.get("benchmarks_local"), "winners_cached": stats.get("autotune_cached"),
         "local_hits": stats.get("local_hits"),
@@ -266,7 +275,7 @@ def fresh(work: pathlib.Path, tag: str) -> dict[str, str]:
 
 def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray_env: dict[str, str],
               timeout: float, profile: str | None = None, sample: tuple[str, str] | None = None,
-              farm_first: bool = False) -> dict[str, dict]:
+              farm_first: bool = False, warm_index: int | None = None) -> dict[str, dict]:
     """Each case in ``cases``: the cold ones first (stock's, then the farm's; ``farm_first``: the
     farm's first, as every other round does, so neither always runs first on a new cluster), then
     the warm ones, in CASES order."""
@@ -285,6 +294,9 @@ def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray
         "kernels-warm-file": {**fresh(work, f"{model}-kernels-b"), **ray_env,
                               "RAYCOMPILE_SHARED_CACHE": f"file://{work / model / 'shared-kernels'}"},
     }
+    if warm_index is not None:  # the farm's warm cases on another GPU than the cold ones compiled on
+        for case in ("farm-warm-file", "farm-warm-head"):
+            envs[case]["OVERHEAD_CUDA_INDEX"] = str(warm_index)
     if profile:
         envs["farm-warm-file"]["OVERHEAD_PROFILE"] = f"{profile}_{model}_frames_profile.txt"
     out = {}
@@ -320,7 +332,8 @@ def compile_s(r: dict) -> float:
 
 def table(results: dict[str, dict[str, dict]]) -> str:
     lines = [f"{'model':<9}{'case':<17}{'enable s':>9}{'first call s':>13}{'start->output s':>16}"
-             f"{'x stock':>9}{'compile s':>10}{'x stock':>9}{'x mega':>8}{'jobs':>6}{'frames l/t':>11}{'loss':>12}"]
+             f"{'x stock':>9}{'compile s':>10}{'x stock':>9}{'x mega':>8}{'jobs':>6}{'frames l/t':>11}{'loss':>12}"
+             f"{'on':>8}"]
     for model, rows in results.items():
         for case, r in rows.items():
             base = rows.get("stock-cold" if "cold" in case else "stock-warm")
@@ -331,7 +344,7 @@ def table(results: dict[str, dict[str, dict]]) -> str:
             frames = "" if r.get("frames_loaded") is None else f"{r['frames_loaded']}/{r['frames_traced']}"
             lines.append(f"{model:<9}{case:<17}{r['enable_s'] + r['load_s']:>9.2f}{r['call_s']:>13.2f}"
                          f"{r['start_to_output_s']:>16.2f}{ratio:>9.2f}{compile_s(r):>10.2f}{cratio:>9.2f}"
-                         f"{mratio:>8.2f}{_jobs(r):>6}{frames:>11}{r['loss']:>12.6f}")
+                         f"{mratio:>8.2f}{_jobs(r):>6}{frames:>11}{r['loss']:>12.6f}{r.get('loss_device', ''):>8}")
     return "\n".join(lines)
 
 
@@ -384,6 +397,8 @@ def main() -> int:
     p.add_argument("--profile", action="store_true", help="cProfile the warm frames case's compile")
     p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     p.add_argument("--bytecode-cache", action="store_true", help="one writable byte-code cache for every process")
+    p.add_argument("--warm-index", type=int, default=None, metavar="N",
+                   help="run the farm's warm cases on cuda:N (frames compiled on cuda:0, loaded on another GPU)")
     p.add_argument("--rounds", type=int, default=1,
                    help="run every case this many times (each round a new cluster and empty caches); the "
                         "table of medians gives each case's median ratio to stock over the rounds")
@@ -426,7 +441,8 @@ def main() -> int:
                     print(f"round {n + 1}/{args.rounds}", flush=True)
                 results[model] = run_model(model, device, args.cases, here, ray_env, args.timeout,
                                            profile=str(args.out / f"overhead_{args.label}") if args.profile else None,
-                                           sample=sample if n == 0 else None, farm_first=n % 2 == 1)
+                                           sample=sample if n == 0 else None, farm_first=n % 2 == 1,
+                                           warm_index=args.warm_index)
                 doc["results"] = rounds[0]  # written after each model: a time-out keeps what finished
                 path.write_text(json.dumps(doc, indent=1))
             # printed before the cluster is stopped (its stop can take a minute: a time-out around

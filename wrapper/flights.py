@@ -53,22 +53,24 @@ class _Wait:
 
 
 def _device_tag() -> str:
-    """The device this process's frames are compiled for, as far as ``torch.compile``'s call can
-    tell, so that only ranks of one device share a flight: the frames' tensor guards name the
-    device index, and a rank on another GPU would wait for the owner's frames only to fail their
-    guards and trace them itself, after the owner (an entry made on cuda:0 does not serve cuda:3
-    yet). Where there are GPUs: the current CUDA device once CUDA is up, and torchrun's LOCAL_RANK
-    (a rank's GPU, also where its script moves the model to ``cuda:LOCAL_RANK`` without
-    ``set_device``); on CPU none: the ranks share."""
+    """Which ranks share a flight, as far as ``torch.compile``'s call can tell. An entry made on
+    one CUDA device is installed on another by moving it to the loading process's current device
+    (``compat.devices``), so the ranks of a job share one flight whatever GPU each has, once each
+    has made its GPU the current device (``torch.cuda.set_device(local_rank)``, as torchrun's
+    scripts do). A rank whose current device is not its GPU (torchrun's ``LOCAL_RANK`` names
+    another: the script moved its model to ``cuda:LOCAL_RANK`` without ``set_device``), or that has
+    not started CUDA yet, would get the frames moved to the wrong device, fail their guards and
+    trace them after the owner: it flies alone (its own tag). On CPU every rank shares."""
     import torch
 
     if not torch.cuda.is_available():
         return ""
-    parts = [f"cuda{torch.cuda.current_device()}"] if torch.cuda.is_initialized() else []
     rank = os.environ.get("LOCAL_RANK", "")
-    if rank.isdigit():
-        parts.append(f"rank{rank}")
-    return ".".join(parts)
+    if not rank.isdigit():
+        return ""
+    if torch.cuda.is_initialized() and int(rank) % torch.cuda.device_count() == torch.cuda.current_device():
+        return ""
+    return f"rank{rank}"
 
 
 class Flights:

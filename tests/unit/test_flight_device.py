@@ -1,6 +1,8 @@
-"""Which ranks share a single flight of compiled frames (``wrapper/flights._device_tag``): the
-frames' tensor guards name the device index, so only ranks of one device may share one; on CPU
-every rank does. The GPU case runs on the GPU machine."""
+"""Which ranks share a single flight of compiled frames (``wrapper/flights._device_tag``): an
+entry made on one CUDA device is moved to the loading rank's current device
+(``compat.devices``), so ranks on different GPUs share a flight once each made its GPU the
+current device; a rank whose current device is not its GPU (``LOCAL_RANK`` names another) flies
+alone. On CPU every rank shares. The GPU cases run on the GPU machine."""
 
 from __future__ import annotations
 
@@ -19,12 +21,18 @@ def test_cpu_ranks_share_a_flight(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.gpu
-def test_ranks_of_other_gpus_never_share_a_flight(monkeypatch: pytest.MonkeyPatch) -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    monkeypatch.setenv("LOCAL_RANK", "0")
-    first = _device_tag()
-    monkeypatch.setenv("LOCAL_RANK", "1")  # torchrun's next rank: its own GPU, even before set_device
-    assert _device_tag() != first
+def test_ranks_that_set_their_gpu_share_a_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA GPUs")
     torch.cuda.init()
-    assert _device_tag().startswith(f"cuda{torch.cuda.current_device()}.")
+    before = torch.cuda.current_device()
+    try:
+        for rank in (0, 1):
+            torch.cuda.set_device(rank)
+            monkeypatch.setenv("LOCAL_RANK", str(rank))
+            assert _device_tag() == ""  # rank 0 on cuda:0 and rank 1 on cuda:1: one flight
+        torch.cuda.set_device(0)
+        monkeypatch.setenv("LOCAL_RANK", "1")  # its model on cuda:1, its current device cuda:0
+        assert _device_tag() == "rank1"
+    finally:
+        torch.cuda.set_device(before)

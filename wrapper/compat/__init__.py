@@ -17,7 +17,8 @@ versions it was checked on (``CHECKED_ON``):
 - ``dynamo``: Dynamo's precompile cache redirected to raycompile (compiled frames a warm process
   loads instead of tracing), and what keys them; ``guards``: their guards, every one kept and
   re-created in the loading process (``guard_refs``: how the objects they name travel);
-  ``precompile``: those entries, checked and loaded;
+  ``precompile``: those entries, checked and loaded; ``devices``: an entry made on one CUDA index
+  moved to another;
 - ``toolchain``: what job code (``kernels/``) calls, handed to it as ``TOOLCHAIN``.
 
 ``check()`` verifies that every seam exists in the installed torch; ``tests/unit/test_compat.py``
@@ -30,7 +31,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from . import autotune, autotuner, codegen, cpp, dynamo, entry, graphs, guards, precompile, triton
+from . import autotune, autotuner, codegen, cpp, devices, dynamo, entry, graphs, guards, precompile, triton
 from ._base import SeamMissing, Seams, resolve
 from .autotuner import (
     autotuner_source,
@@ -110,7 +111,8 @@ from .triton import (
 )
 
 FAMILIES = {"entry": entry, "triton": triton, "cpp": cpp, "codegen": codegen, "autotuner": autotuner,
-            "autotune": autotune, "dynamo": dynamo, "guards": guards, "precompile": precompile, "graphs": graphs}
+            "autotune": autotune, "dynamo": dynamo, "guards": guards, "precompile": precompile, "devices": devices,
+            "graphs": graphs}
 
 # name -> (module, attribute path), every family's
 SEAMS: Seams = {name: seam for family in FAMILIES.values() for name, seam in family.SEAMS.items()}

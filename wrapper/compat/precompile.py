@@ -11,10 +11,12 @@ import contextlib
 import importlib
 import pickle
 import re
+import struct
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+from . import devices
 from ._base import Seams
 
 CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
@@ -48,13 +50,40 @@ SEAMS: Seams = {
 _BY_ID = re.compile(r"^_\d+_c\d+$")  # install_global_by_id("", value): "_<id>_c<compile id>"
 
 
+# an entry's bytes: MAGIC, then the CUDA index it was made for and the rank it is bound to (each
+# -1 for none: ``devices``), then its pickle
+MAGIC = b"raycompile-frames-2\n"
+_HEADER = struct.Struct(">hi")
+
+
 def dumps(entry: Any) -> bytes:
-    return pickle.dumps(entry)
+    """``entry``'s bytes, with the one CUDA index it names (so that a process on another index
+    moves it there) and the rank whose collectives it calls."""
+    data, index = devices.dumps(entry)
+    rank = devices.collective_rank(entry)
+    return MAGIC + _HEADER.pack(-1 if index is None else index, -1 if rank is None else rank) + data
+
+
+def _unpickled(data: bytes) -> Any:
+    """The entry in ``data`` (``dumps``), moved to this process's CUDA device when it was made on
+    another; raises when it is bound to another rank."""
+    if not data.startswith(MAGIC):
+        raise ValueError("not an entry of this raycompile version (no header)")
+    index, rank = _HEADER.unpack_from(data, len(MAGIC))
+    body = data[len(MAGIC) + _HEADER.size:]
+    if rank >= 0 and rank != devices.this_rank():
+        raise RuntimeError(f"its code calls collectives and was compiled by rank {rank}: rank "
+                           f"{devices.this_rank()} compiles its own")
+    here = devices.current_index()
+    if index >= 0 and here is not None and here != index:
+        return devices.loads(body, index, here)
+    return pickle.loads(body)
 
 
 def loads(data: bytes) -> Any:
-    """Unpickle an entry (call only on bytes from a verified, signed cache entry), check it installs
-    here, and prepare this process for it; return it for torch to install.
+    """Unpickle an entry (call only on bytes from a verified, signed cache entry; moved to this
+    process's CUDA device when it was made on another: ``devices``), check it installs here, and
+    prepare this process for it; return it for torch to install.
 
     Checked: a PrecompileCacheEntry for these versions, whose inlined sources are unchanged, whose
     every frame has its backends, whose guards unpickle (each once), and whose bytecode names only
@@ -67,7 +96,7 @@ def loads(data: bytes) -> Any:
     from torch._dynamo.bytecode_transformation import unique_id
     from torch._dynamo.precompile_context import PrecompileContext
 
-    entry = pickle.loads(data)
+    entry = _unpickled(data)
     if not isinstance(entry, package.PrecompileCacheEntry):
         raise TypeError(f"not a precompile entry: {type(entry).__name__}")
     entry.dynamo.check_versions()

@@ -1,0 +1,206 @@
+"""Seam family "devices": a compiled-frames entry made on one CUDA device index, installed on
+another (an entry compiled by the rank on cuda:0 serves the rank on cuda:3).
+
+What in an entry names its device index, and how each is moved:
+
+- ``torch.device`` objects anywhere in the entry (AOTAutograd's metadata, the graphs' example
+  metadata): the entry is unpickled with ``torch.device`` mapped (``_Unpickler``);
+- the tensors its frames' guards were built for (their device is in the guards' own pickle,
+  which torch unpickles when it installs the frame): each guards pickle is wrapped in one that
+  unpickles it with the same mapping (``_guards``);
+- Inductor's output code, a Python source that names the index in a few generated forms
+  (``_DEVICE_FORMS``: device guards, ``set_device``, streams, ``device(type='cuda', index=N)``,
+  a kernel's ``DeviceProperties``): rewritten; its module key gets the target index, so another
+  process of the node that wrote the first device's module never loads it here; its Triton bundle
+  (binaries and launchers saved for the first device) is dropped, the kernels then come from the
+  farm's cache, whose keys hold no device index.
+
+Only an entry that names exactly one CUDA index, in the forms above and nowhere else in its output
+code, is moved (``index_of``); any other is installed as it is (its guards then fail on another
+device and the frame is traced, as stock traces it). An entry whose output code calls a collective
+is bound to the rank that compiled it (``collective_rank``): bucketed collectives bake the rank
+into the code (pytorch#188332). Checked on torch 2.11.0 and 2.13.0."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import pickle
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from ._base import Seams
+
+CHECKED_ON = ("2.11.0", "2.13.0")
+
+SEAMS: Seams = {
+    "output_code.CompiledFxGraph": ("torch._inductor.output_code", "CompiledFxGraph"),
+    "output_code.CompiledFxGraph.write_to_disk": ("torch._inductor.output_code", "CompiledFxGraph.write_to_disk"),
+    "package.load_guards_state": ("torch._dynamo.package", "load_guards_state"),
+}
+
+# the generated forms of a CUDA device index in Inductor's output code (codegen/wrapper.py,
+# codegen/cuda/device_op_overrides.py, the kernels' triton_meta): (pattern, its index's group)
+_DEVICE_FORMS = (
+    r"(device\(type='cuda', index=)(\d+)(\))",
+    r"(DeviceProperties\(type='cuda', index=)(\d+)(\b)",
+    r"(torch\.cuda\._DeviceGuard\()(\d+)(\))",
+    r"(torch\.cuda\.set_device\()(\d+)(\))",
+    r"(get_raw_stream\()(\d+)(\))",
+    r"(['\"]cuda:)(\d+)(['\"])",
+    r"(default_generators\[)(\d+)(\])",
+)
+_FORMS = re.compile("|".join(f"(?:{f})" for f in _DEVICE_FORMS))
+# any other mention of an index: an entry with one is never moved
+_ANY_INDEX = re.compile(r"cuda:\d|index=\d|_DeviceGuard\(|set_device\(|get_raw_stream\(|default_generators\[|"
+                        r"cuda\.device\(|[\"']cuda['\"],\s*\d")
+_COLLECTIVE = re.compile(r"_c10d_functional\.|c10d\.|torch\.distributed\.")
+
+
+def _indices(source: str) -> set[int] | None:
+    """The CUDA indices ``source`` names in the known forms; None when it names one otherwise."""
+    found: set[int] = set()
+    rest = []
+    last = 0
+    for m in _FORMS.finditer(source):
+        groups = [g for g in m.groups() if g is not None]
+        found.add(int(groups[1]))
+        rest.append(source[last:m.start()])
+        last = m.end()
+    rest.append(source[last:])
+    if _ANY_INDEX.search("".join(rest)):
+        return None
+    return found
+
+
+def move_source(source: str, to: int) -> str:
+    """``source`` (output code naming one index, ``_indices``) with that index replaced by ``to``."""
+
+    def sub(m: re.Match[str]) -> str:
+        groups = [g for g in m.groups() if g is not None]
+        return f"{groups[0]}{to}{groups[2]}"
+
+    return _FORMS.sub(sub, source)
+
+
+def output_codes(entry: Any) -> Iterator[Any]:
+    """The compiled FX graphs (Inductor's output code) of a precompile entry's backends."""
+    from torch._inductor.output_code import CompiledFxGraph
+
+    for backend in entry.backends.values():
+        for part in ("compiled_fw", "compiled_bw"):
+            result = getattr(getattr(backend, part, None), "result", None)
+            if isinstance(result, CompiledFxGraph):
+                yield result
+
+
+class _Recorder(pickle.Pickler):
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.indices: set[int] = set()
+
+    def reducer_override(self, obj: Any) -> Any:
+        import torch
+
+        if type(obj) is torch.device and obj.type == "cuda":
+            self.indices.add(-1 if obj.index is None else obj.index)
+        return NotImplemented
+
+
+def dumps(entry: Any) -> tuple[bytes, int | None]:
+    """(the pickled entry, the one CUDA index it names, or None: none, several, or one named in a
+    form this module does not know)."""
+    buf = io.BytesIO()
+    pickler = _Recorder(buf)
+    pickler.dump(entry)
+    found = set(pickler.indices)
+    for graph in output_codes(entry):
+        got = _indices(graph.source_code)
+        if got is None:
+            return buf.getvalue(), None
+        found |= got | set(graph.device_idxs)
+    return buf.getvalue(), (found.pop() if len(found) == 1 and -1 not in found else None)
+
+
+def collective_rank(entry: Any) -> int | None:
+    """The rank an entry is bound to: this process's, when its output code calls a collective."""
+    if any(_COLLECTIVE.search(graph.source_code) for graph in output_codes(entry)):
+        return this_rank()
+    return None
+
+
+def this_rank() -> int:
+    """This process's rank: its process group's, else torchrun's ``RANK``, else 0."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except (RuntimeError, ValueError):
+        pass
+    rank = os.environ.get("RANK", "")
+    return int(rank) if rank.isdigit() else 0
+
+
+def current_index() -> int | None:
+    """This process's current CUDA device, once CUDA is up (never initializes it)."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return int(torch.cuda.current_device())
+
+
+def _device(src: int, to: int) -> Any:
+    import torch
+
+    def device(*args: Any) -> Any:
+        d = torch.device(*args)
+        return torch.device("cuda", to) if d.type == "cuda" and d.index == src else d
+
+    return device
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, src: int, to: int) -> None:
+        super().__init__(io.BytesIO(data))
+        self._device = _device(src, to)
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "torch" and name == "device":
+            return self._device
+        return super().find_class(module, name)
+
+
+def _load_guards(data: bytes, src: int, to: int) -> Any:
+    """A frame's guards state, its tensors' device ``src`` read as ``to`` (called by torch's own
+    ``load_guards_state`` through the pickle ``_guards`` makes)."""
+    return _Unpickler(data, src, to).load()
+
+
+class _Guards:
+    def __init__(self, data: bytes, src: int, to: int) -> None:
+        self.args = (data, src, to)
+
+    def __reduce__(self) -> Any:
+        return _load_guards, self.args
+
+
+def _guards(data: bytes, src: int, to: int) -> bytes:
+    return pickle.dumps(_Guards(data, src, to), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def loads(data: bytes, src: int, to: int) -> Any:
+    """The entry pickled in ``data`` (made on cuda:``src``, ``dumps``), moved to cuda:``to``."""
+    entry = _Unpickler(data, src, to).load()
+    for graph in output_codes(entry):
+        graph.source_code = move_source(graph.source_code, to)
+        graph.cache_key = f"{graph.cache_key}d{to}"  # never the first device's module of this node
+        graph.device_idxs = type(graph.device_idxs)(to if i == src else i for i in graph.device_idxs)
+        graph._triton_bundle = None
+    for code in entry.dynamo.codes:
+        code.guarded_codes = [dataclasses.replace(g, guards_state=_guards(g.guards_state, src, to))
+                              for g in code.guarded_codes]
+    return entry
