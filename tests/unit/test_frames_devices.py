@@ -8,6 +8,7 @@ with two GPUs: ``tests/gpu/test_frames_gpu.py``."""
 
 from __future__ import annotations
 
+import pathlib
 import pickle
 
 import pytest
@@ -45,6 +46,26 @@ def test_every_generated_form_of_the_index_moves() -> None:
                  "DeviceProperties(type='cuda', index=3, multi", 'device="cuda:3"'):
         assert form in moved, form
     assert moved.replace("3", "0") == OUTPUT_CODE.replace("3", "0")  # nothing else changed
+
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
+# output modules Inductor generated on GPUs (torch 2.11, H100/H200): every index they name is
+# in a known form, once their comment lines (the "Graph fragment", ``cuda:0`` in each type) are set aside
+REAL = sorted([*(FIXTURES / "golden").glob("output_module_cuda*.txt"),
+               *(FIXTURES / "corpus_torch211_cache" / "inductor_cache").glob("*.py")])
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name[:24])
+def test_real_gpu_output_modules_move(path: pathlib.Path) -> None:
+    source = path.read_text()
+    assert devices._indices(source) == {0}
+    moved = devices.move_source(source, 1)
+    assert devices._indices(moved) == {1}
+    try:
+        compile(source, str(path), "exec")
+    except SyntaxError:  # a golden file with its paths templated: not Python itself
+        return
+    compile(moved, str(path), "exec")  # still Python
 
 
 def test_an_index_in_a_form_not_known_is_never_moved() -> None:

@@ -60,7 +60,10 @@ _COLLECTIVE = re.compile(r"_c10d_functional\.|c10d\.|torch\.distributed\.")
 
 
 def _indices(source: str) -> set[int] | None:
-    """The CUDA indices ``source`` names in the known forms; None when it names one otherwise."""
+    """The CUDA indices ``source`` names in the known forms; None when it names one otherwise.
+    Comment lines are not code (Inductor's "Graph fragment" comments name ``cuda:0`` in each
+    tensor's type)."""
+    source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("#"))
     found: set[int] = set()
     rest = []
     last = 0
@@ -89,7 +92,8 @@ def output_codes(entry: Any) -> Iterator[Any]:
     """The compiled FX graphs (Inductor's output code) of a precompile entry's backends."""
     from torch._inductor.output_code import CompiledFxGraph
 
-    for backend in entry.backends.values():
+    for artifact in entry.backends.values():
+        backend = getattr(artifact, "content", artifact)  # BundledAOTAutogradCacheArtifact's result
         for part in ("compiled_fw", "compiled_bw"):
             result = getattr(getattr(backend, part, None), "result", None)
             if isinstance(result, CompiledFxGraph):

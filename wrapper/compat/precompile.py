@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import pickle
 import re
 import struct
@@ -47,6 +48,8 @@ SEAMS: Seams = {
     "convert_frame.input_codes": ("torch._dynamo.convert_frame", "input_codes"),
 }
 
+log = logging.getLogger("raycompile.frames")
+
 _BY_ID = re.compile(r"^_\d+_c\d+$")  # install_global_by_id("", value): "_<id>_c<compile id>"
 
 
@@ -76,6 +79,7 @@ def _unpickled(data: bytes) -> Any:
                            f"{devices.this_rank()} compiles its own")
     here = devices.current_index()
     if index >= 0 and here is not None and here != index:
+        log.debug("raycompile: compiled frames made on cuda:%d moved to cuda:%d", index, here)
         return devices.loads(body, index, here)
     return pickle.loads(body)
 
