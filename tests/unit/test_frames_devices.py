@@ -8,6 +8,7 @@ with two GPUs: ``tests/gpu/test_frames_gpu.py``."""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import pickle
 
@@ -101,3 +102,41 @@ def test_an_entry_with_collectives_is_bound_to_its_rank(monkeypatch: pytest.Monk
     assert precompile._unpickled(free) == {"an": "entry"}
     with pytest.raises(ValueError, match="no header"):
         precompile._unpickled(body)  # an entry of an older raycompile: not unpickled
+
+
+# an entry's shape as the mover walks it (torch's PrecompileCacheEntry: backends, dynamo.codes[i].guarded_codes)
+@dataclasses.dataclass
+class _Guarded:
+    guards_state: bytes
+
+
+@dataclasses.dataclass
+class _Code:
+    guarded_codes: list[_Guarded]
+
+
+@dataclasses.dataclass
+class _Dynamo:
+    codes: list[_Code]
+
+
+@dataclasses.dataclass
+class _Entry:
+    backends: dict
+    dynamo: _Dynamo
+    where: torch.device
+
+
+def test_an_entry_records_its_one_index_and_moves_whole() -> None:
+    from torch._dynamo.package import load_guards_state
+
+    guards = pickle.dumps({"t": torch.device("cuda", 0)})
+    entry = _Entry({}, _Dynamo([_Code([_Guarded(guards)])]), torch.device("cuda", 0))
+    data, index = devices.dumps(entry)
+    assert index == 0
+    moved = devices.loads(data, 0, 2)
+    assert moved.where == torch.device("cuda", 2)
+    assert load_guards_state(moved.dynamo.codes[0].guarded_codes[0].guards_state)["t"] == torch.device("cuda", 2)
+    two = _Entry({"b": torch.device("cuda", 1)}, _Dynamo([]), torch.device("cuda", 0))
+    assert devices.dumps(two)[1] is None  # two devices: never moved
+    assert devices.dumps(_Entry({}, _Dynamo([]), torch.device("cpu")))[1] is None

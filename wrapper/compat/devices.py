@@ -101,14 +101,17 @@ def output_codes(entry: Any) -> Iterator[Any]:
 
 
 class _Recorder(pickle.Pickler):
-    def __init__(self, file: io.BytesIO) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.indices: set[int] = set()
+    """A pickler that records the CUDA indices of the ``torch.device`` objects it pickles."""
 
-    def reducer_override(self, obj: Any) -> Any:
+    def __init__(self, file: io.BytesIO) -> None:
         import torch
 
-        if type(obj) is torch.device and obj.type == "cuda":
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.indices: set[int] = set()
+        self._device = torch.device
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is self._device and obj.type == "cuda":
             self.indices.add(-1 if obj.index is None else obj.index)
         return NotImplemented
 
