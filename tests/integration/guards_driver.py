@@ -1,7 +1,8 @@
 """One process of the guard scenarios (run as a script; tests/integration/test_frames_guards.py):
 each scenario compiles a function, calls it, changes what stock Inductor's guards notice (a rebound
 global function, class or module, a type passed in, a replaced ``__call__``, closure cell or
-closed-over module, a module's attribute or submodule, another shape or dtype) and calls it again.
+closed-over module, a module's attribute or submodule, another shape or dtype) and calls it again;
+a function that reads an environment variable is compiled once.
 For every step the process saves the output and how many graphs Dynamo traced for it (torch's own
 ``unique_graphs`` counter).
 
@@ -13,6 +14,7 @@ only: a process that compiled less than the loading process will meet)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -118,6 +120,16 @@ def over_module(model: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor
     return step
 
 
+def reads_environ(x: torch.Tensor) -> torch.Tensor:
+    """Reads a variable, as transformers' attention does: Dynamo inlines ``os.environ.get`` (its
+    value baked in, unguarded, in stock too) and guards the code of ``os.environ.encodekey``, a
+    nested function whose maker ``os`` deleted: the frame must still be saved and load."""
+    return x * float(os.environ.get(ENV_SCALE, "2"))
+
+
+ENV_SCALE = "RAYCOMPILE_GUARDS_SCALE"
+
+
 def plain(x: torch.Tensor) -> torch.Tensor:
     return (x * x).sum(-1)
 
@@ -163,6 +175,7 @@ def scenarios(full: bool) -> list[tuple[str, list[Step]]]:
     inner = Net()
     f_over = torch.compile(over_module(inner))
     f_plain = torch.compile(plain)
+    f_environ = torch.compile(reads_environ)
     f_backend = torch.compile(for_user_backend, backend=counting_backend)
 
     def set_cell(value: object) -> Callable[[], torch.Tensor]:
@@ -200,6 +213,7 @@ def scenarios(full: bool) -> list[tuple[str, list[Step]]]:
         ]),
         ("closed-over module", [("first", lambda: f_over(X)),
                                 ("its submodule", set_attr(inner, "act", torch.nn.Tanh(), lambda: f_over(X)))]),
+        ("environment variable", [("first", lambda: f_environ(X))]),
         ("shape and dtype", [("first", lambda: f_plain(torch.ones(3, 4))),
                              ("shape", lambda: f_plain(torch.ones(3, 6))),
                              ("dtype", lambda: f_plain(torch.ones(3, 4, dtype=torch.float64)))]),
@@ -216,6 +230,7 @@ def main(mode: str, part: str, out_path: str, shared: str = "", cache_dir: str =
 
     import raycompile
 
+    os.environ.pop(ENV_SCALE, None)  # each process starts as the first did
     if mode == "farm":
         raycompile.enable(shared_cache=shared, cache_dir=cache_dir, fallback=False)
     results: dict[str, list[tuple[str, torch.Tensor, int]]] = {}

@@ -150,7 +150,27 @@ def _find(module: str, qualname: str, firstlineno: int) -> tuple[types.FunctionT
                 pending.append(wrapped)
         elif isinstance(obj, type):
             pending.extend(vars(obj).values())
+    if code is None and "<locals>" in qualname:
+        return _held_by_instance(module, qualname, firstlineno)
     return None, code
+
+
+def _held_by_instance(module: str, qualname: str, firstlineno: int) -> tuple[types.FunctionType | None,
+                                                                             types.CodeType | None]:
+    """A nested function that a module-level instance holds as an attribute, its maker gone
+    (``os.environ.encodekey``: ``os._createenviron``'s ``encode``, ``_createenviron`` deleted):
+    the function, found among the attributes of the module's instances."""
+    mod = sys.modules.get(module)
+    for value in list(vars(mod).values()) if mod is not None else ():
+        if isinstance(value, (types.ModuleType, type, types.FunctionType)):
+            continue
+        attrs = getattr(value, "__dict__", None)
+        if not isinstance(attrs, dict):
+            continue
+        for attr in list(attrs.values()):
+            if isinstance(attr, types.FunctionType) and _code_in(attr.__code__, qualname, firstlineno) is attr.__code__:
+                return attr, attr.__code__
+    return None, None
 
 
 def _filled(cell: Any) -> bool:
@@ -190,7 +210,10 @@ def by_reference(value: Any) -> bool:
     if value is None or value is Ellipsis or value is NotImplemented or isinstance(value, bool):
         return True  # singletons (another int or str unpickles as another object)
     if isinstance(value, types.FunctionType):
-        return "<locals>" not in value.__qualname__ and _resolves(value)
+        if "<locals>" not in value.__qualname__:
+            return _resolves(value)
+        code = value.__code__  # found again where _function_at looks for it
+        return bool(value.__module__) and _find(value.__module__, code.co_qualname, code.co_firstlineno)[0] is value
     if isinstance(value, types.MethodType):  # a class's or a module's bound method
         return isinstance(value.__self__, (type, types.ModuleType)) and by_reference(value.__func__)
     import torch

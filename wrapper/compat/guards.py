@@ -121,6 +121,7 @@ _LOADING: contextvars.ContextVar[dict[Any, Any] | None] = contextvars.ContextVar
 # guards whose expectation is read off their source's value when torch builds them
 _STASHED = IDENTITY | {"CONSTANT_MATCH", "EQUALS_MATCH", "BOOL_MATCH", "NONE_MATCH", "TYPE_MATCH"}
 _EXPECT_VALUE = IDENTITY | {"CONSTANT_MATCH", "EQUALS_MATCH", "BOOL_MATCH", "NONE_MATCH"}
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)  # pickle as themselves, always
 
 
 def compile_time_values(builder: Any, guards: Any) -> dict[Any, Any]:
@@ -143,6 +144,7 @@ def compile_time_values(builder: Any, guards: Any) -> dict[Any, Any]:
     from torch._dynamo.guards import GuardsStatePickler
 
     out: dict[Any, Any] = {}
+    tried: dict[int, Exception | None] = {}  # id of a value -> what its trial pickle raised (each value once)
     for guard in guards:
         kinds = {guard.create_fn_name(), *(guard.guard_types or ())}
         if not kinds & _STASHED:
@@ -154,9 +156,16 @@ def compile_time_values(builder: Any, guards: Any) -> dict[Any, Any]:
             continue
         if isinstance(value, (torch.Tensor, torch.nn.Module)):
             continue
-        try:
-            GuardsStatePickler(builder.guard_tree_values, {}, {}, io.BytesIO()).dump(value)
-        except Exception as e:  # noqa: BLE001 - whatever pickle raises
+        if type(value) in _PLAIN:
+            out[source] = value
+            continue
+        if id(value) not in tried:  # the values live in the builder's cache meanwhile: ids stay theirs
+            try:
+                GuardsStatePickler(builder.guard_tree_values, {}, {}, io.BytesIO()).dump(value)
+                tried[id(value)] = None
+            except Exception as e:  # noqa: BLE001 - whatever pickle raises
+                tried[id(value)] = e
+        if (e := tried[id(value)]) is not None:
             base = getattr(source, "base", None)
             owner = _value_or_none(builder, base) if base is not None else None
             if kinds & _EXPECT_VALUE and not isinstance(owner, (type, types.ModuleType)):
