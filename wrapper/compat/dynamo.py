@@ -225,6 +225,8 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
     identities.__enter__()
     reset_clears = precompile.resettable()  # loaded frames go with torch._dynamo.reset(), as traced ones do
     reset_clears.__enter__()
+    sources_once = precompile.sources_recorded_once()
+    sources_once.__enter__()
     cache.__class__ = FarmDynamoCache
     convert_frame._compile = _compile
     compile_package.code_context = code_context
@@ -258,6 +260,7 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
         dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering = saved
         identities.__exit__(None, None, None)
         reset_clears.__exit__(None, None, None)
+        sources_once.__exit__(None, None, None)
 
 
 def _init_field_reducers() -> dict[type, tuple[Any, Any]]:

@@ -27,6 +27,7 @@ SEAMS: Seams = {
         "torch._functorch.config", "force_non_lazy_backward_lowering"),
     "package.PrecompileCacheEntry": ("torch._dynamo.package", "PrecompileCacheEntry"),
     "package._hash_sourcelines": ("torch._dynamo.package", "_hash_sourcelines"),
+    "package.SourceInfo.add_code": ("torch._dynamo.package", "SourceInfo.add_code"),
     "package.load_guards_state": ("torch._dynamo.package", "load_guards_state"),
     "precompile_context.PrecompileContext.save_to_dynamo_cache": (
         "torch._dynamo.precompile_context", "PrecompileContext.save_to_dynamo_cache"),
@@ -314,6 +315,37 @@ def resettable() -> Iterator[None]:
         yield
     finally:
         eval_frame._load_precompile_entry, dynamo_eval_frame.skip_code = stock_load, stock_skip
+
+
+@contextlib.contextmanager
+def sources_recorded_once() -> Iterator[None]:
+    """While inside, each code object Dynamo inlines has its source recorded once per process.
+
+    torch records the source of every function a frame inlines (``SourceInfo.add_code``: its
+    lines found with ``inspect``, checked against its module's, hashed; the module's whole text
+    kept), and does it again each time the function is inlined: once per layer of a model, each
+    call reading and tokenizing the file anew. What it records for one code object never changes
+    within a process (the module's text is cached by torch for the process already), so the
+    first record is reused. A code object whose record fails fails every time, as in stock."""
+    from torch._dynamo import package
+
+    stock = package.SourceInfo.__dict__["add_code"]
+    known: dict[int, tuple[Any, Any]] = {}  # id(code) -> (code, its record or None); the code kept alive
+
+    def add_code(self: Any, code: Any) -> None:
+        got = known.get(id(code))
+        if got is None or got[0] is not code:
+            once = package.SourceInfo(inlined_sources=set())
+            stock(once, code)
+            got = known[id(code)] = (code, next(iter(once.inlined_sources), None))
+        if got[1] is not None:
+            self.inlined_sources.add(got[1])
+
+    package.SourceInfo.add_code = add_code
+    try:
+        yield
+    finally:
+        package.SourceInfo.add_code = stock
 
 
 def install_into(package: Any, entry: Any) -> list[tuple[Any, Any, Any]]:
