@@ -51,6 +51,7 @@ COUNTERS = (
     "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full", "dynamo_unsaveable", "dynamo_write_failed",
     # single flight among a node's processes (wrapper/flights.py)
     "dynamo_frames_served", "dynamo_flight_traced", "dynamo_flight_gave_up", "dynamo_flight_wait_seconds",
+    "dynamo_frames_moved",
     # single flight of whole graphs among a node's processes (wrapper/module_cache.py)
     "graph_flight_owned", "graph_flight_served", "graph_flight_gave_up", "graph_flight_wait_seconds",
     # whole-graph compiles on the cluster (settings.graph_compiles)

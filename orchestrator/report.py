@@ -83,7 +83,8 @@ def frames_lines(stats: Mapping[str, Any]) -> list[str]:
     if not functions and not stats.get("dynamo_unkeyed"):
         return []
     lines = [f"  compiled frames: {stats.get('dynamo_frames_loaded', 0)} loaded from entries "
-             f"(no Dynamo, no AOTAutograd), {stats.get('dynamo_frames_traced', 0)} traced; entries "
+             f"(no Dynamo, no AOTAutograd; {stats.get('dynamo_frames_moved', 0)} made on another GPU, moved "
+             f"to this one), {stats.get('dynamo_frames_traced', 0)} traced; entries "
              f"published {stats.get('dynamo_published', 0)}, failed to write {stats.get('dynamo_write_failed', 0)}, "
              f"invalid here {stats.get('dynamo_invalid', 0)}, "
              f"unkeyed {stats.get('dynamo_unkeyed', 0)}"]

@@ -79,6 +79,7 @@ class Stats:
         self.dynamo_misses = 0  # compiled functions with no usable entry: traced as stock does
         self.dynamo_frames_loaded = 0  # compiled frame variants installed from entries
         self.dynamo_frames_traced = 0  # frames Dynamo traced (a miss, or a guard miss after a load)
+        self.dynamo_frames_moved = 0  # of the frames loaded or served, those made on another CUDA device, moved here
         self.dynamo_published = 0  # entries (generations) written to the tiers
         self.dynamo_invalid = 0  # entries that verified but do not install here (another source, versions)
         self.dynamo_unkeyed = 0  # loads with no key (not from torch.compile, or an unkeyable model)
@@ -257,4 +258,4 @@ GRAPH_COUNTERS = ("graphs_sent", "graphs_backward_deferred", "graphs_backward_ea
 DYNAMO_COUNTERS = ("dynamo_hits", "dynamo_misses", "dynamo_frames_loaded", "dynamo_frames_traced",
                    "dynamo_published", "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full",
                    "dynamo_unsaveable", "dynamo_write_failed", "dynamo_frames_served", "dynamo_flight_traced",
-                   "dynamo_flight_gave_up")
+                   "dynamo_flight_gave_up", "dynamo_frames_moved")

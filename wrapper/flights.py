@@ -50,6 +50,7 @@ class _Wait:
     reloaded: bool = False
     started: float = field(default_factory=time.monotonic)
     installed: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (code, guard manager, compiled code)
+    moved: bool = False  # what is installed was made on another CUDA device (compat.devices)
 
 
 def _device_tag() -> str:
@@ -192,6 +193,11 @@ class Flights:
         wait = self._waiting.get(package)
         if wait is None:
             return None
+        elsewhere = compat.devices.off_current_device(f_locals)
+        if elsewhere is not None:  # what the owner publishes is moved to the current device: useless here
+            self._give_up(package, wait, f"its tensors are on cuda:{elsewhere}, not on the current device "
+                                         f"(torch.cuda.set_device({elsewhere}) lets it share the owner's frames)")
+            return None
         log.debug("raycompile: %s: frame %s waits for the owner's compile", wait.label, getattr(code, "co_name", code))
         t0 = time.monotonic()
         progress = t0
@@ -203,7 +209,8 @@ class Flights:
             ours = [(gm, compiled) for target, gm, compiled in wait.installed if target is code or target == code]
             for guard_manager, compiled in ours:
                 if compat.precompile.passes(guard_manager, f_locals):
-                    self.stats.add(dynamo_frames_served=1, dynamo_flight_wait_seconds=time.monotonic() - t0)
+                    self.stats.add(dynamo_frames_served=1, dynamo_flight_wait_seconds=time.monotonic() - t0,
+                                   dynamo_frames_moved=int(wait.moved))
                     self.stats.frames(wait.label, served=1)
                     return guard_manager, compiled
             blob, finished = wait.claim.latest()
@@ -216,6 +223,7 @@ class Flights:
                     if entry is None:
                         entry = compat.precompile.loads(zlib.decompress(blob))  # type: ignore[arg-type]
                     wait.installed = compat.precompile.install_into(package, entry)
+                    wait.moved = compat.precompile.moved_from(entry) is not None
                 except Exception as e:  # noqa: BLE001 - what does not install here is traced here
                     self._give_up(package, wait, f"the owner's frames do not install here ({type(e).__name__}: {e})")
                     return None

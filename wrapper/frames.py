@@ -222,7 +222,8 @@ class FrameCache:
                           type(e).__name__, str(e)[:300])
                 continue
             known.written_frames = frames
-            self.stats.add(dynamo_hits=1, dynamo_frames_loaded=frames)
+            self.stats.add(dynamo_hits=1, dynamo_frames_loaded=frames,
+                           dynamo_frames_moved=frames if compat.precompile.moved_from(entry) is not None else 0)
             self.stats.frames(known.label, loaded=frames, generation=g)
             log.debug("raycompile: %s: %d compiled frames loaded (generation %d)", known.label, frames, g)
             return entry

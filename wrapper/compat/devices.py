@@ -160,6 +160,23 @@ def current_index() -> int | None:
     return int(torch.cuda.current_device())
 
 
+def off_current_device(f_locals: Any) -> int | None:
+    """The CUDA index of a frame's tensor (an argument, or a module's first parameter) that is not
+    this process's current device, else None: frames moved to the current device would fail its
+    guards (a script that moved its model to ``cuda:N`` without ``set_device``)."""
+    import torch
+
+    here = current_index()
+    if here is None:
+        return None
+    for value in list(getattr(f_locals, "values", lambda: ())()):
+        if isinstance(value, torch.nn.Module):
+            value = next(iter(value.parameters()), None)
+        if isinstance(value, torch.Tensor) and value.is_cuda and value.device.index != here:
+            return value.device.index
+    return None
+
+
 def _device(src: int, to: int) -> Any:
     import torch
 

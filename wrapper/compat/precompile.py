@@ -81,7 +81,9 @@ def _unpickled(data: bytes) -> Any:
     here = devices.current_index()
     if index >= 0 and here is not None and here != index:
         log.debug("raycompile: compiled frames made on cuda:%d moved to cuda:%d", index, here)
-        return devices.loads(body, index, here)
+        entry = devices.loads(body, index, here)
+        entry._raycompile_moved_from = index
+        return entry
     return pickle.loads(body)
 
 
@@ -213,6 +215,11 @@ def portable(entry: Any) -> tuple[Any, int]:
             codes[i] = dataclasses.replace(code, bypassed=True)
             dropped += 1
     return dataclasses.replace(entry, dynamo=dataclasses.replace(entry.dynamo, codes=codes)), dropped
+
+
+def moved_from(entry: Any) -> int | None:
+    """The CUDA index an entry ``loads`` moved to this process's device was made on, else None."""
+    return getattr(entry, "_raycompile_moved_from", None)
 
 
 def frames_in(entry: Any) -> int:
