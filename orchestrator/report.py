@@ -39,12 +39,29 @@ def summary(stats: Mapping[str, Any], records: list[JobRecord], node_names: Mapp
         lines.append("  slowest kernels:")
         for r in slow:
             lines.append(f"    {r.seconds:>7.2f} s  {r.outcome:<10} {r.label[:90]}")
+    lines.extend(served_lines(stats))
     lines.extend(ray_lines(stats))
     lines.extend(autotune_lines(stats))
     lines.extend(frames_lines(stats))
     lines.extend(flight_lines(stats))
     lines.extend(graphs_lines(stats))
     return "\n".join(lines)
+
+
+def served_lines(stats: Mapping[str, Any]) -> list[str]:
+    """What served this session's compiles: compiled functions loaded whole, graphs from torch's
+    own caches (this node's dir, or raycompile's tiers behind it), kernels from raycompile's tiers,
+    kernels compiled by jobs."""
+    graphs = stats.get("torch_autograd_hits", 0) + stats.get("torch_fxgraph_hits", 0)
+    lowered = stats.get("torch_autograd_misses", 0)
+    if not any((stats.get("dynamo_hits"), graphs, lowered, stats.get("local_hits"), stats.get("shared_hits"),
+                stats.get("jobs"), stats.get("jobs_local"))):
+        return []
+    return [f"  served by: compiled functions loaded whole {stats.get('dynamo_hits', 0)}; graphs from torch's "
+            f"AOTAutograd/FX-graph caches {stats.get('torch_autograd_hits', 0)}/{stats.get('torch_fxgraph_hits', 0)} "
+            f"(its own dir first, then raycompile's tiers), lowered here {lowered}; hits in raycompile's "
+            f"tiers {stats.get('local_hits', 0) + stats.get('shared_hits', 0)}; kernels compiled by jobs "
+            f"{stats.get('jobs', 0) + stats.get('jobs_local', 0)}"]
 
 
 def ray_lines(stats: Mapping[str, Any]) -> list[str]:

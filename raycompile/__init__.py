@@ -110,7 +110,9 @@ def stats() -> dict[str, Any]:
     benchmarks_verified (apparent fastest candidates timed again in this process), ray_start_seconds
     (seconds from ``enable()`` to each stage of the background Ray start: connected, ready),
     ray_wait_seconds (how long kernel compiles waited for that start, summed) and ray_unavailable
-    (why the session compiles without Ray, "" while it has Ray)."""
+    (why the session compiles without Ray, "" while it has Ray); torch_autograd_hits/misses and
+    torch_fxgraph_hits/misses: torch's own cache counters since the session's first compile (what
+    Inductor's caches answered, before raycompile's tiers, on a node that compiled before)."""
     session = session_module.last()
     if session is not None:
         return session.snapshot()

@@ -80,6 +80,8 @@ class Session:
         self.winners: Any = None  # wrapper.runtime.Winners: the autotune winners output modules stitch in
         self._unbind: Any = None
         self._final_report: str | None = None
+        self._torch_counted: dict[str, int] | None = None  # torch's cache counters at the first compile
+        self._torch_final: dict[str, int] | None = None  # and what they added until close
         self.autotune: Any = None  # raycompile.autotune.AutotuneSession, likewise
         self._install_lock = threading.Lock()
         self._tuning_installed = False
@@ -202,6 +204,10 @@ class Session:
             if self.graphs is not None:
                 self.graphs.prepare_thread()  # torch's config overrides are per thread
             return
+        if self._torch_counted is None:
+            from .wrapper import compat
+
+            self._torch_counted = compat.precompile.torch_cache_counters()
         self._install_hooks()
         with self._install_lock:
             if self._tuning_installed or self._closed:
@@ -316,8 +322,22 @@ class Session:
         return self.startup.node_names() if self.startup is not None else {}
 
     def snapshot(self) -> dict[str, Any]:
-        """The session's counters (``raycompile.stats()``)."""
-        return self.stats.snapshot()
+        """The session's counters (``raycompile.stats()``), with torch's own FX-graph and
+        AOTAutograd cache hits and misses since the session's first compile (``torch_*``: what
+        Inductor's caches answered before raycompile's tiers were asked, on a node that compiled
+        before)."""
+        snap = self.stats.snapshot()
+        snap.update(self._torch_final if self._torch_final is not None else self._torch_since())
+        return snap
+
+    def _torch_since(self) -> dict[str, int]:
+        base = self._torch_counted
+        if base is None:
+            return {}
+        from .wrapper import compat
+
+        now = compat.precompile.torch_cache_counters()
+        return {name: now[name] - base[name] for name in now}
 
     def report(self) -> str:
         """The session's summary (``raycompile.report()``); after ``close``, as it was then."""
@@ -325,7 +345,7 @@ class Session:
             return self._final_report
         from .orchestrator.report import summary
 
-        return summary(self.stats.snapshot(), self.stats.job_records(), self.node_names())
+        return summary(self.snapshot(), self.stats.job_records(), self.node_names())
 
     def misses(self) -> list[tuple[str, str, dict[str, str] | None]]:
         """(label, key, the key's parts) of each lookup of this session that missed every tier."""
@@ -364,6 +384,7 @@ class Session:
             return
         with self._install_lock:
             self._closed = True
+        self._torch_final = self._torch_since()
         self._gate.__exit__(None, None, None)
         # last installed, first restored: the graph route (installed at the first compile) and
         # compiled frames (at the first torch.compile, before it) both set AOTAutograd's

@@ -76,3 +76,35 @@ def test_progress_can_be_forced(tmp_path: pathlib.Path) -> None:
     proc = _run({"RAYCOMPILE_PROGRESS": "1"}, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "raycompile: compiling kernels" in proc.stdout
+
+
+SERVED = """
+import json, torch, raycompile
+raycompile.enable(compile_jobs="local", dynamo_cache=False)
+f = torch.compile(lambda x: (x.sin() * 2).sum(-1))
+f(torch.randn(8, 16))
+raycompile.disable()
+print("STATS " + json.dumps({k: v for k, v in raycompile.stats().items() if k.startswith(("torch_", "jobs"))}))
+print(raycompile.report())
+"""
+
+
+def test_a_warm_process_on_the_node_that_compiled_says_what_served_it(tmp_path: pathlib.Path) -> None:
+    """Inductor's own cache answers a warm process on the node that compiled before raycompile's
+    tiers are asked: stats() and report() say so, instead of all zeros."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               RAYCOMPILE_CACHE_DIR=str(tmp_path / "raycompile"), RAYCOMPILE_NUM_CPUS="2")
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", SERVED], capture_output=True, text=True, env=env,
+                              timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        stats = json.loads(proc.stdout.split("STATS ", 1)[1].splitlines()[0])
+        runs.append((stats, proc.stdout))
+    (cold, _), (warm, report) = runs
+    assert cold["torch_autograd_misses"] >= 1 and cold["torch_autograd_hits"] == 0, cold
+    assert cold["jobs_local"] >= 1, cold
+    assert warm["torch_autograd_hits"] >= 1 and warm["torch_autograd_misses"] == 0, warm
+    assert warm["jobs"] == warm["jobs_local"] == 0, warm
+    line = next(line for line in report.splitlines() if "served by" in line)
+    assert f"AOTAutograd/FX-graph caches {warm['torch_autograd_hits']}/" in line and "lowered here 0" in line, line

@@ -286,6 +286,17 @@ def backward_with_forward() -> bool:
     return bool(config.force_non_lazy_backward_lowering)
 
 
+def torch_cache_counters() -> dict[str, int]:
+    """torch's own counters of its FX-graph and AOTAutograd caches in this process (hits from its
+    local dir and from raycompile's tiers alike, which it asks after its dir), since its start."""
+    from torch._dynamo.utils import counters
+
+    return {"torch_fxgraph_hits": int(counters["inductor"]["fxgraph_cache_hit"]),
+            "torch_fxgraph_misses": int(counters["inductor"]["fxgraph_cache_miss"]),
+            "torch_autograd_hits": int(counters["aot_autograd"]["autograd_cache_hit"]),
+            "torch_autograd_misses": int(counters["aot_autograd"]["autograd_cache_miss"])}
+
+
 def traced_frames() -> int:
     """Graphs Dynamo traced in this process (its own counter, ``unique_graphs``): a frame loaded
     from an entry, or served from another process's compile, traces none."""
