@@ -30,34 +30,14 @@ from typing import Any
 
 from filelock import FileLock
 
+from .. import counters as registry
 from .files import write_atomic
 
 log = logging.getLogger("raycompile.cache")
 
-# The numeric counters of ``raycompile.stats()`` (orchestrator/stats.py ``Stats.snapshot``) that
-# add up across sessions; a unit test fails when the snapshot grows one that is not here.
-COUNTERS = (
-    # cache
-    "local_hits", "shared_hits", "misses", "corrupt", "refused", "evictions", "bytes_read", "bytes_written",
-    "shared_unavailable", "shared_batches", "put_errors",
-    # compile jobs
-    "jobs", "jobs_local", "deduped", "dedupe_cluster", "coordinator_unavailable", "fallbacks", "retried", "failures",
-    "key_mismatches", "compile_seconds",
-    # autotuning on GPU actors
-    "benchmarks", "benchmark_seconds", "benchmark_wall_seconds", "benchmark_failures", "gpu_restarts",
-    "benchmarks_local", "autotune_cached", "benchmarks_verified", "coordesc_prefetched", "ray_wait_seconds",
-    # compiled frames (settings.dynamo_cache)
-    "dynamo_hits", "dynamo_misses", "dynamo_frames_loaded", "dynamo_frames_traced", "dynamo_published",
-    "dynamo_invalid", "dynamo_unkeyed", "dynamo_incomplete", "dynamo_full", "dynamo_unsaveable", "dynamo_write_failed",
-    # single flight among a node's processes (wrapper/flights.py)
-    "dynamo_frames_served", "dynamo_flight_traced", "dynamo_flight_gave_up", "dynamo_flight_wait_seconds",
-    "dynamo_frames_moved",
-    # single flight of whole graphs among a node's processes (wrapper/module_cache.py)
-    "graph_flight_owned", "graph_flight_served", "graph_flight_gave_up", "graph_flight_wait_seconds",
-    # whole-graph compiles on the cluster (settings.graph_compiles)
-    "graphs_sent", "graphs_backward_deferred", "graphs_backward_early", "graphs_forward_here", "graphs_refused",
-    "graphs_failed", "graph_kernel_jobs", "graph_workers_warmed", "graph_compile_seconds", "graph_wait_seconds",
-)
+# The numeric counters of ``raycompile.stats()``, which add up across sessions: every one that
+# raycompile/counters.py declares
+COUNTERS = tuple(c.name for c in registry.COUNTERS)
 STATS_FILE, CONFIG_FILE, LOCK_FILE = "stats.json", "config.json", "usage.lock"
 LOCK_TIMEOUT_S = 10.0  # a session closing never waits longer than this for the others
 

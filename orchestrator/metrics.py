@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .. import counters
 from .stats import Stats
 
 log = logging.getLogger("raycompile.metrics")
@@ -30,57 +31,10 @@ log = logging.getLogger("raycompile.metrics")
 EXPORT_INTERVAL_S = 5.0  # Ray's own reporter sends to the node's agent every few seconds too
 CLOSE_WAIT_S = 10.0  # close(): the last push, bounded
 
-# stats key -> (metric, fixed tags, description); several keys may feed one metric, told apart by tags
+# stats key -> (metric, fixed tags, description), as raycompile/counters.py declares them; several
+# keys may feed one metric, told apart by tags
 COUNTERS: dict[str, tuple[str, dict[str, str], str]] = {
-    "jobs": ("raycompile_jobs_total", {}, "Kernel compile jobs this driver sent to Ray"),
-    "jobs_local": ("raycompile_jobs_local_total", {}, "Kernel compile jobs run in this node's Inductor workers"),
-    "key_mismatches": ("raycompile_key_mismatches_total", {},
-                       "Kernels an output module names by another key than this node computes"),
-    "deduped": ("raycompile_dedupe_total", {"scope": "process"},
-                "Compile requests answered by a job already in flight (process) or another driver's (cluster)"),
-    "dedupe_cluster": ("raycompile_dedupe_total", {"scope": "cluster"}, ""),
-    "coordinator_unavailable": ("raycompile_coordinator_unavailable_total", {},
-                                "Compiles made without the cluster-wide dedupe coordinator: it did not answer"),
-    "fallbacks": ("raycompile_fallbacks_total", {}, "Compiles run locally because Ray was unreachable or died"),
-    "retried": ("raycompile_retries_total", {}, "Jobs sent again: their worker or node died, or they timed out"),
-    "failures": ("raycompile_failures_total", {}, "Jobs that ended in an error of the kernel (not of Ray)"),
-    "compile_seconds": ("raycompile_compile_seconds_total", {}, "Seconds compiling, summed over jobs, on the workers"),
-    "local_hits": ("raycompile_cache_hits_total", {"tier": "local"}, "Cache hits, by tier (local, shared)"),
-    "shared_hits": ("raycompile_cache_hits_total", {"tier": "shared"}, ""),
-    "misses": ("raycompile_cache_misses_total", {}, "Cache lookups that found no entry"),
-    "corrupt": ("raycompile_cache_corrupt_total", {}, "Cache entries that failed their sha256 (dropped)"),
-    "refused": ("raycompile_cache_refused_total", {}, "Cache entries with a bad or missing signature (not unpickled)"),
-    "evictions": ("raycompile_cache_evictions_total", {}, "Entries evicted from the local tier (its size cap)"),
-    "bytes_read": ("raycompile_cache_bytes_read_total", {}, "Bytes of cache entries read"),
-    "bytes_written": ("raycompile_cache_bytes_written_total", {}, "Bytes of cache entries written"),
-    "shared_unavailable": ("raycompile_cache_shared_unavailable_total", {}, "Lookups that found the shared tier down"),
-    "shared_batches": ("raycompile_cache_shared_batches_total", {},
-                       "Batched shared-tier lookups (an output module's kernels in one round trip)"),
-    "put_errors": ("raycompile_cache_put_errors_total", {}, "Cache writes that failed"),
-    "benchmarks": ("raycompile_benchmarks_total", {}, "Autotuning candidates timed on GPU actors"),
-    "dynamo_frames_loaded": ("raycompile_frames_total", {"path": "loaded"},
-                             "Compiled frames, by the path that served them (loaded from an entry, traced)"),
-    "dynamo_frames_traced": ("raycompile_frames_total", {"path": "traced"}, ""),
-    "dynamo_published": ("raycompile_frame_entries_published_total", {},
-                         "Dynamo precompile entries written to the tiers"),
-    "graphs_sent": ("raycompile_graphs_total", {"path": "cluster"},
-                    "Graphs compiled, by where (a Ray task; here: refused or failed on the cluster)"),
-    "graphs_forward_here": ("raycompile_graphs_total", {"path": "here"}, ""),
-    "graphs_refused": ("raycompile_graphs_total", {"path": "refused"}, ""),
-    "graphs_failed": ("raycompile_graphs_total", {"path": "failed"}, ""),
-    "graph_wait_seconds": ("raycompile_graph_wait_seconds_total", {},
-                           "Seconds this driver waited for graphs compiled on the cluster"),
-    "benchmark_seconds": ("raycompile_benchmark_seconds_total", {}, "Seconds timing candidates, on the GPU actors"),
-    "benchmark_wall_seconds": ("raycompile_benchmark_wall_seconds_total", {},
-                               "Seconds this driver waited on the GPU actors"),
-    "benchmark_failures": ("raycompile_benchmark_failures_total", {},
-                           "Candidates marked failed (an error, a crash, a time-out)"),
-    "gpu_restarts": ("raycompile_gpu_restarts_total", {}, "GPU actors restarted after dying under a candidate"),
-    "benchmarks_local": ("raycompile_benchmarks_local_total", {}, "Kernels autotuned in this process instead"),
-    "autotune_cached": ("raycompile_autotune_cached_total", {}, "Kernels whose stored autotuning winner was used"),
-    "benchmarks_verified": ("raycompile_benchmarks_verified_total", {},
-                            "Apparent fastest candidates timed again in this process"),
-}
+    c.name: c.metric for c in counters.COUNTERS if c.metric is not None}
 # stats key holding {name: count} -> (metric, tag keys, description): one series per name
 BREAKDOWNS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "nodes": ("raycompile_node_jobs_total", ("node", "host"), "Compile jobs run, by the node that ran them"),

@@ -18,7 +18,7 @@ from raycompile.orchestrator.stats import Stats
 
 def test_every_counter_of_a_session_is_kept() -> None:
     numeric = {k for k, v in Stats().snapshot().items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    assert numeric == set(COUNTERS), "a new counter in Stats.snapshot: add it to cache/usage.py COUNTERS"
+    assert numeric == set(COUNTERS), "a number in Stats.snapshot that raycompile/counters.py does not declare"
 
 
 def test_sessions_add_up(tmp_path: pathlib.Path) -> None:

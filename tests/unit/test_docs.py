@@ -78,6 +78,15 @@ def test_the_settings_page_is_what_settings_py_declares() -> None:
         "docs/settings.md is stale (raycompile/settings.py changed): run `python -m raycompile.docs`")
 
 
+def test_the_counters_table_is_what_counters_py_declares() -> None:
+    text = docs.METRICS_PAGE.read_text()
+    assert text == docs.metrics_page(text), "docs/metrics.md's counters are stale: run `python -m raycompile.docs`"
+    from raycompile import counters
+
+    for c in counters.COUNTERS:
+        assert f"| `{c.name}` |" in text
+
+
 def test_every_setting_is_on_the_page_with_its_variable_and_comment() -> None:
     page = docs.settings_page()
     declared = {d.name: d for d in docs.declarations()}

@@ -1,6 +1,6 @@
 """The layer order the README states, checked on the installed package's import graph:
 
-    base (errors, settings, sizes, _version) <- cache <- kernels <- {wrapper, orchestrator} <- facade
+    base (errors, settings, sizes, counters, _version) <- cache <- kernels <- {wrapper, orchestrator} <- facade
 
 A module may import its own component and the layers below it; ``wrapper`` and ``orchestrator``
 never import each other; only ``orchestrator`` imports Ray; only the Inductor adapter
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 PACKAGE = "raycompile"
-BASE = {"raycompile.errors", "raycompile.settings", "raycompile.sizes", "raycompile._version"}
+BASE = {"raycompile.errors", "raycompile.settings", "raycompile.sizes", "raycompile._version", "raycompile.counters"}
 COMPONENTS = {"raycompile.cache": 1, "raycompile.kernels": 2, "raycompile.wrapper": 3, "raycompile.orchestrator": 3}
 ADAPTER = "raycompile.wrapper.compat"
 FACADE_LAYER = 4

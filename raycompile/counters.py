@@ -1,0 +1,403 @@
+"""Every counter of ``raycompile.stats()``, declared once: its name, the part it counts, what it
+means, whether it is seconds, and the Ray metric it feeds. ``orchestrator/stats.py`` makes its
+counters from this, ``orchestrator/metrics.py`` its metrics, ``cache/usage.py`` the counters a
+cache dir keeps across sessions (every one: they add up), and ``python -m raycompile.docs`` the
+table in docs/metrics.md (a unit test fails when the page is stale).
+
+The counters that are not numbers (``nodes``, ``gpus``, ``dynamo_functions``, the reasons, the
+Ray start's stages) are the session's records, kept by ``Stats`` itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Counter:
+    """``name``: its ``stats()`` key; ``group``: the part of raycompile it counts; ``help``: what
+    it means; ``seconds``: a float of seconds (rounded to ms in ``stats()``), else an int;
+    ``metric``: (Ray metric name, fixed tags, description) where it is exported (several counters
+    may feed one metric, told apart by their tags; the description is given once)."""
+
+    name: str
+    group: str
+    help: str
+    seconds: bool = False
+    metric: tuple[str, dict[str, str], str] | None = field(default=None, compare=False)
+
+
+COUNTERS: tuple[Counter, ...] = (
+    Counter(
+        "jobs",
+        "compile jobs",
+        "tasks sent to Ray",
+        metric=("raycompile_jobs_total", {}, "Kernel compile jobs this driver sent to Ray"),
+    ),
+    Counter(
+        "jobs_local",
+        "compile jobs",
+        "jobs run in this node's Inductor compile workers (compile_jobs, no Ray)",
+        metric=("raycompile_jobs_local_total", {}, "Kernel compile jobs run in this node's Inductor workers"),
+    ),
+    Counter(
+        "deduped",
+        "compile jobs",
+        "requests answered by a job already in flight",
+        metric=(
+            "raycompile_dedupe_total",
+            {"scope": "process"},
+            "Compile requests answered by a job already in flight (process) or another driver's (cluster)",
+        ),
+    ),
+    Counter(
+        "dedupe_cluster",
+        "compile jobs",
+        "requests answered by another driver's compile (the coordinator)",
+        metric=("raycompile_dedupe_total", {"scope": "cluster"}, ""),
+    ),
+    Counter(
+        "coordinator_unavailable",
+        "compile jobs",
+        "requests compiled without the coordinator: it did not answer",
+        metric=(
+            "raycompile_coordinator_unavailable_total",
+            {},
+            "Compiles made without the cluster-wide dedupe coordinator: it did not answer",
+        ),
+    ),
+    Counter(
+        "fallbacks",
+        "compile jobs",
+        "compiles that ran locally because Ray was unreachable or died",
+        metric=("raycompile_fallbacks_total", {}, "Compiles run locally because Ray was unreachable or died"),
+    ),
+    Counter(
+        "retried",
+        "compile jobs",
+        "jobs sent again: their worker or node died, or they timed out once",
+        metric=("raycompile_retries_total", {}, "Jobs sent again: their worker or node died, or they timed out"),
+    ),
+    Counter(
+        "failures",
+        "compile jobs",
+        "jobs that ended in an error of the kernel (not of Ray)",
+        metric=("raycompile_failures_total", {}, "Jobs that ended in an error of the kernel (not of Ray)"),
+    ),
+    Counter(
+        "key_mismatches",
+        "compile jobs",
+        "kernels an output module names by another key than this node computes (a module made with another "
+        "toolchain or settings): this node's key is used",
+        metric=(
+            "raycompile_key_mismatches_total",
+            {},
+            "Kernels an output module names by another key than this node computes",
+        ),
+    ),
+    Counter(
+        "compile_seconds",
+        "compile jobs",
+        "summed over jobs, as measured on the workers",
+        seconds=True,
+        metric=("raycompile_compile_seconds_total", {}, "Seconds compiling, summed over jobs, on the workers"),
+    ),
+    Counter(
+        "local_hits",
+        "cache",
+        "lookups answered by the local tier (kernels, output modules, compiled frames, graphs)",
+        metric=("raycompile_cache_hits_total", {"tier": "local"}, "Cache hits, by tier (local, shared)"),
+    ),
+    Counter(
+        "shared_hits",
+        "cache",
+        "lookups answered by the shared tier",
+        metric=("raycompile_cache_hits_total", {"tier": "shared"}, ""),
+    ),
+    Counter(
+        "misses",
+        "cache",
+        "lookups that found no entry in any tier",
+        metric=("raycompile_cache_misses_total", {}, "Cache lookups that found no entry"),
+    ),
+    Counter(
+        "corrupt",
+        "cache",
+        "entries that failed their sha256 (dropped, repaired by the next write)",
+        metric=("raycompile_cache_corrupt_total", {}, "Cache entries that failed their sha256 (dropped)"),
+    ),
+    Counter(
+        "refused",
+        "cache",
+        "entries with a bad or missing signature: never unpickled",
+        metric=("raycompile_cache_refused_total", {}, "Cache entries with a bad or missing signature (not unpickled)"),
+    ),
+    Counter(
+        "evictions",
+        "cache",
+        "entries evicted from the local tier (its size cap)",
+        metric=("raycompile_cache_evictions_total", {}, "Entries evicted from the local tier (its size cap)"),
+    ),
+    Counter(
+        "bytes_read",
+        "cache",
+        "bytes of cache entries read",
+        metric=("raycompile_cache_bytes_read_total", {}, "Bytes of cache entries read"),
+    ),
+    Counter(
+        "bytes_written",
+        "cache",
+        "bytes of cache entries written",
+        metric=("raycompile_cache_bytes_written_total", {}, "Bytes of cache entries written"),
+    ),
+    Counter(
+        "shared_unavailable",
+        "cache",
+        "lookups that found the shared tier unreachable",
+        metric=("raycompile_cache_shared_unavailable_total", {}, "Lookups that found the shared tier down"),
+    ),
+    Counter(
+        "shared_batches",
+        "cache",
+        "batched shared-tier lookups (one round trip for a module's kernels)",
+        metric=(
+            "raycompile_cache_shared_batches_total",
+            {},
+            "Batched shared-tier lookups (an output module's kernels in one round trip)",
+        ),
+    ),
+    Counter(
+        "put_errors",
+        "cache",
+        "cache writes that failed",
+        metric=("raycompile_cache_put_errors_total", {}, "Cache writes that failed"),
+    ),
+    Counter(
+        "benchmarks",
+        "autotuning on GPU actors",
+        "candidates (configs, max-autotune choices) timed on GPU actors",
+        metric=("raycompile_benchmarks_total", {}, "Autotuning candidates timed on GPU actors"),
+    ),
+    Counter(
+        "benchmark_seconds",
+        "autotuning on GPU actors",
+        "summed over those, as measured on the actors",
+        seconds=True,
+        metric=("raycompile_benchmark_seconds_total", {}, "Seconds timing candidates, on the GPU actors"),
+    ),
+    Counter(
+        "benchmark_wall_seconds",
+        "autotuning on GPU actors",
+        "the driver's wall time waiting on the actors (their start included)",
+        seconds=True,
+        metric=("raycompile_benchmark_wall_seconds_total", {}, "Seconds this driver waited on the GPU actors"),
+    ),
+    Counter(
+        "benchmark_failures",
+        "autotuning on GPU actors",
+        "candidates marked failed (inf): an error, a crashed GPU, a time-out",
+        metric=("raycompile_benchmark_failures_total", {}, "Candidates marked failed (an error, a crash, a time-out)"),
+    ),
+    Counter(
+        "gpu_restarts",
+        "autotuning on GPU actors",
+        "GPU actors that died under a candidate (and were restarted)",
+        metric=("raycompile_gpu_restarts_total", {}, "GPU actors restarted after dying under a candidate"),
+    ),
+    Counter(
+        "benchmarks_local",
+        "autotuning on GPU actors",
+        "kernels autotuned locally instead (indirect indexing, source unknown)",
+        metric=("raycompile_benchmarks_local_total", {}, "Kernels autotuned in this process instead"),
+    ),
+    Counter(
+        "autotune_cached",
+        "autotuning on GPU actors",
+        "kernels whose stored winner was used: nothing benchmarked",
+        metric=("raycompile_autotune_cached_total", {}, "Kernels whose stored autotuning winner was used"),
+    ),
+    Counter(
+        "benchmarks_verified",
+        "autotuning on GPU actors",
+        "apparent fastest candidates timed again in the driver (confirm_fastest)",
+        metric=("raycompile_benchmarks_verified_total", {}, "Apparent fastest candidates timed again in this process"),
+    ),
+    Counter(
+        "coordesc_prefetched",
+        "autotuning on GPU actors",
+        "coordinate descent's candidates compiled at once, ahead of their timing",
+    ),
+    Counter("dynamo_hits", "compiled frames", "compiled functions loaded from an entry: no Dynamo, no AOTAutograd"),
+    Counter("dynamo_misses", "compiled frames", "compiled functions with no usable entry: traced as stock does"),
+    Counter(
+        "dynamo_frames_loaded",
+        "compiled frames",
+        "compiled frame variants installed from entries",
+        metric=(
+            "raycompile_frames_total",
+            {"path": "loaded"},
+            "Compiled frames, by the path that served them (loaded from an entry, traced)",
+        ),
+    ),
+    Counter(
+        "dynamo_frames_traced",
+        "compiled frames",
+        "frames Dynamo traced (a miss, or a guard miss after a load)",
+        metric=("raycompile_frames_total", {"path": "traced"}, ""),
+    ),
+    Counter(
+        "dynamo_frames_moved",
+        "compiled frames",
+        "of the frames loaded or served, those made on another CUDA device, moved here",
+    ),
+    Counter(
+        "dynamo_published",
+        "compiled frames",
+        "entries (generations) written to the tiers",
+        metric=("raycompile_frame_entries_published_total", {}, "Dynamo precompile entries written to the tiers"),
+    ),
+    Counter(
+        "dynamo_invalid", "compiled frames", "entries that verified but do not install here (another source, versions)"
+    ),
+    Counter("dynamo_unkeyed", "compiled frames", "loads with no key (not from torch.compile, or an unkeyable model)"),
+    Counter("dynamo_incomplete", "compiled frames", "packages left unwritten at close: a frame lacked its backend"),
+    Counter("dynamo_full", "compiled frames", "publishes skipped: the function's entry used every generation"),
+    Counter(
+        "dynamo_unsaveable",
+        "compiled frames",
+        "frames torch cannot save (cannot name their code): traced on every node",
+    ),
+    Counter(
+        "dynamo_write_failed",
+        "compiled frames",
+        "writes of entries that failed (the warning says why): the next process traces",
+    ),
+    Counter(
+        "dynamo_frames_served",
+        "single flight of compiled frames",
+        "frames this process ran as another process of the node compiled them",
+    ),
+    Counter(
+        "dynamo_flight_wait_seconds",
+        "single flight of compiled frames",
+        "how long its frames waited for that process",
+        seconds=True,
+    ),
+    Counter(
+        "dynamo_flight_traced",
+        "single flight of compiled frames",
+        "frames the owner compiled for other inputs: traced here",
+    ),
+    Counter(
+        "dynamo_flight_gave_up",
+        "single flight of compiled frames",
+        "waits given up (the owner died, finished without it, or stalled)",
+    ),
+    Counter(
+        "graph_flight_owned",
+        "single flight of whole graphs",
+        "graphs this process compiled for the node's processes waiting on them",
+    ),
+    Counter(
+        "graph_flight_served",
+        "single flight of whole graphs",
+        "graphs another process of the node compiled, loaded here: no lowering",
+    ),
+    Counter(
+        "graph_flight_gave_up",
+        "single flight of whole graphs",
+        "waits given up (the owner ended without its entry, died, or stalled)",
+    ),
+    Counter(
+        "graph_flight_wait_seconds",
+        "single flight of whole graphs",
+        "how long this process's graphs waited for their owners",
+        seconds=True,
+    ),
+    Counter(
+        "graphs_sent",
+        "whole graphs on the cluster",
+        "graphs whose whole Inductor compile ran as a Ray task",
+        metric=(
+            "raycompile_graphs_total",
+            {"path": "cluster"},
+            "Graphs compiled, by where (a Ray task; here: refused or failed on the cluster)",
+        ),
+    ),
+    Counter(
+        "graphs_backward_deferred",
+        "whole graphs on the cluster",
+        "of those, backward graphs waited for at their first call",
+    ),
+    Counter(
+        "graphs_backward_early",
+        "whole graphs on the cluster",
+        "of those, waited for before their call (something asked the graph)",
+    ),
+    Counter(
+        "graphs_forward_here",
+        "whole graphs on the cluster",
+        'forward and inference graphs compiled here (graph_compiles="backward")',
+        metric=("raycompile_graphs_total", {"path": "here"}, ""),
+    ),
+    Counter(
+        "graphs_refused",
+        "whole graphs on the cluster",
+        "graphs compiled in this process: the out-of-process path cannot carry them",
+        metric=("raycompile_graphs_total", {"path": "refused"}, ""),
+    ),
+    Counter(
+        "graphs_failed",
+        "whole graphs on the cluster",
+        "graphs whose remote compile failed (then compiled in this process)",
+        metric=("raycompile_graphs_total", {"path": "failed"}, ""),
+    ),
+    Counter(
+        "graph_compile_seconds",
+        "whole graphs on the cluster",
+        "summed over the tasks, as measured on the workers",
+        seconds=True,
+    ),
+    Counter(
+        "graph_wait_seconds",
+        "whole graphs on the cluster",
+        "this process waiting for graphs (forward: at once; backward: at its call)",
+        seconds=True,
+        metric=(
+            "raycompile_graph_wait_seconds_total",
+            {},
+            "Seconds this driver waited for graphs compiled on the cluster",
+        ),
+    ),
+    Counter(
+        "ray_wait_seconds",
+        "Ray",
+        "seconds kernel compiles spent waiting for the session's Ray start (the farm, the shared tier), summed",
+        seconds=True,
+    ),
+    Counter(
+        "graph_kernel_jobs", "whole graphs on the cluster", "kernel compile jobs the graph tasks' workers ran or sent"
+    ),
+    Counter(
+        "graph_workers_warmed", "whole graphs on the cluster", "warm-up tasks sent at enable() (each readies a worker)"
+    ),
+)
+
+BY_NAME: dict[str, Counter] = {c.name: c for c in COUNTERS}
+
+
+def zero() -> dict[str, int | float]:
+    """Every counter at zero (an int, or 0.0 for seconds)."""
+    return {c.name: 0.0 if c.seconds else 0 for c in COUNTERS}
+
+
+def markdown() -> str:
+    """The counters as docs/metrics.md's table, by group."""
+    lines = ["| counter | part | what it counts | Ray metric |", "|---|---|---|---|"]
+    for c in COUNTERS:
+        metric = ""
+        if c.metric is not None:
+            tags = ",".join(f'{k}="{v}"' for k, v in c.metric[1].items())
+            metric = f"`{c.metric[0]}{{{tags}}}`" if tags else f"`{c.metric[0]}`"
+        unit = " (seconds)" if c.seconds else ""
+        lines.append(f"| `{c.name}` | {c.group} | {c.help}{unit} | {metric} |")
+    return "\n".join(lines)
