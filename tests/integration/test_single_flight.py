@@ -41,12 +41,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def start(ray_tmpdir: str, node_cache: pathlib.Path, where: pathlib.Path, stock: bool = False,
-          shared: str = "none") -> subprocess.Popen[str]:
+          shared: str = "none", rank: int = 0) -> subprocess.Popen[str]:
     """A rank: a new process with Inductor caches of its own, the node's raycompile cache dir and
-    the ``shared`` tier."""
+    the ``shared`` tier, and torchrun's ``RANK`` and ``LOCAL_RANK`` (an entry is shared by ranks)."""
     where.mkdir(parents=True)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"), "TRITON_CACHE_DIR": str(where / "triton"),
-           "RAY_TMPDIR": ray_tmpdir}
+           "RAY_TMPDIR": ray_tmpdir, "RANK": str(rank), "LOCAL_RANK": str(rank)}
     for name in ("RAYCOMPILE_SECRET", "RAY_ADDRESS", "RAY_AUTH_MODE"):
         env.pop(name, None)
     args = ["", shared, str(node_cache), str(where / "out.pt"), "8"] + (["stock"] if stock else [])
@@ -66,7 +66,7 @@ def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 def test_three_ranks_of_two_nodes_compile_once(cluster: str, tmp_path: pathlib.Path) -> None:
     nodes = [tmp_path / "node-a-cache", tmp_path / "node-a-cache", tmp_path / "node-b-cache"]
-    ranks = [start(cluster, node, tmp_path / f"rank{i}", shared="ray://head") for i, node in enumerate(nodes)]
+    ranks = [start(cluster, node, tmp_path / f"rank{i}", shared="ray://head", rank=i) for i, node in enumerate(nodes)]
     results = [finish(p, tmp_path / f"rank{i}") for i, p in enumerate(ranks)]
     stock = finish(start(cluster, tmp_path / "other-node", tmp_path / "stock", stock=True), tmp_path / "stock")
 
@@ -101,7 +101,7 @@ def _holder(pids: list[int], lock_dir: pathlib.Path) -> int | None:
 
 def test_waiters_compile_themselves_when_the_owner_dies(cluster: str, tmp_path: pathlib.Path) -> None:
     node = tmp_path / "node-cache"
-    ranks = [start(cluster, node, tmp_path / f"rank{i}") for i in range(3)]
+    ranks = [start(cluster, node, tmp_path / f"rank{i}", rank=i) for i in range(3)]
     lock_dir = node / "flights"
     deadline = time.monotonic() + 600
     owner = None

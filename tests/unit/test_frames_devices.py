@@ -69,6 +69,11 @@ def test_real_gpu_output_modules_move(path: pathlib.Path) -> None:
     compile(moved, str(path), "exec")  # still Python
 
 
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name[:24])
+def test_real_output_modules_without_collectives_are_bound_to_no_rank(path: pathlib.Path) -> None:
+    assert not devices._COLLECTIVE.search(path.read_text())
+
+
 def test_an_index_in_a_form_not_known_is_never_moved() -> None:
     assert devices._indices(OUTPUT_CODE + "\nwith torch.cuda.device(0):\n    pass\n") is None
     assert devices._indices(OUTPUT_CODE + "\nx = torch.empty(3, device=torch.device('cuda', 0))\n") is None

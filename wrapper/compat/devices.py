@@ -56,7 +56,9 @@ _FORMS = re.compile("|".join(f"(?:{f})" for f in _DEVICE_FORMS))
 # any other mention of an index: an entry with one is never moved
 _ANY_INDEX = re.compile(r"cuda:\d|index=\d|_DeviceGuard\(|set_device\(|get_raw_stream\(|default_generators\[|"
                         r"cuda\.device\(|[\"']cuda['\"],\s*\d")
-_COLLECTIVE = re.compile(r"_c10d_functional\.|c10d\.|torch\.distributed\.")
+# a collective the output code calls (every output module binds ``empty_strided_p2p`` from
+# ``torch._C._distributed_c10d``: that is no call of one)
+_COLLECTIVE = re.compile(r"\b_c10d_functional\.\w|torch\.ops\.c10d\.\w")
 
 
 def _indices(source: str) -> set[int] | None:
