@@ -235,11 +235,7 @@ class Session:
         from .orchestrator.graph_tasks import GraphTasks
 
         s = self.settings
-        worker = {"address": "auto", "cache_dir": s.cache_dir, "shared_cache": s.shared_cache, "secret": s.secret,
-                  "compile_jobs": s.compile_jobs, "job_timeout_s": s.job_timeout_s, "namespace": s.namespace,
-                  "cluster_dedupe": s.cluster_dedupe, "retries": s.retries, "cache_max_bytes": s.cache_max_bytes,
-                  "autotune_configs": s.autotune_configs, "connect_timeout_s": s.connect_timeout_s}
-        tasks = GraphTasks(self.stats, compile_graph, worker, s.graph_timeout_s)
+        tasks = GraphTasks(self.stats, compile_graph, s.for_worker(), s.graph_timeout_s)
         startup = self.startup
         assert startup is not None
         self._graph_tasks = tasks

@@ -17,6 +17,11 @@ DEFAULT_CACHE_MAX_BYTES = 10 * 2**30
 _SCOPE: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("raycompile_settings_scope",
                                                                                default=None)
 SIZES = ("cache_max_bytes",)  # settings in the size syntax (raycompile/sizes.py)
+# what a worker's own session (a whole-graph compile task on a Ray worker) takes from the driver's:
+# the cache, the jobs and the cluster; not what only a driver does (progress, traces, metrics,
+# sending graphs, compiled frames) nor where Ray is (a worker joins the cluster it runs in)
+FOR_WORKER = ("cache_dir", "shared_cache", "secret", "cache_max_bytes", "compile_jobs", "job_timeout_s", "retries",
+              "cluster_dedupe", "namespace", "connect_timeout_s", "autotune_configs")
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,11 @@ class Settings:
             yield
         finally:
             _SCOPE.reset(token)
+
+    def for_worker(self) -> dict[str, Any]:
+        """The settings of a session this driver's work starts on a Ray worker (``FOR_WORKER``),
+        joining the cluster the worker runs in."""
+        return {"address": "auto", **{name: getattr(self, name) for name in FOR_WORKER}}
 
     def _validate(self) -> None:
         def bad(name: str, rule: str) -> SettingsError:

@@ -41,3 +41,16 @@ def test_a_bad_scope_fails_with_the_setting_named() -> None:
             pass
     with Settings.scope(job_timeout_s="soon"), pytest.raises(SettingsError, match="job_timeout_s"):
         Settings.resolve()
+
+
+def test_a_worker_gets_the_drivers_cache_and_jobs_and_joins_its_own_cluster() -> None:
+    from raycompile.settings import FOR_WORKER, Settings
+
+    driver = Settings.resolve(address="ray://head:10001", shared_cache="file:///tmp/x", job_timeout_s=42.0,
+                              progress=True, graph_compiles="cluster", cache_max_bytes=123)
+    worker = driver.for_worker()
+    assert worker["address"] == "auto" and set(worker) == {"address", *FOR_WORKER}
+    assert worker["shared_cache"] == "file:///tmp/x" and worker["job_timeout_s"] == 42.0
+    assert worker["cache_max_bytes"] == 123
+    assert "progress" not in worker and "graph_compiles" not in worker  # a driver's own
+    Settings.resolve(**worker)  # a valid session of its own
