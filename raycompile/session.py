@@ -333,7 +333,7 @@ class Session:
         from .wrapper import compat
 
         now = compat.precompile.torch_cache_counters()
-        return {name: now[name] - base[name] for name in now}
+        return {name: max(0, now[name] - base[name]) for name in now}  # torch's counters may be cleared
 
     def report(self) -> str:
         """The session's summary (``raycompile.report()``); after ``close``, as it was then."""

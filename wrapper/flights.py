@@ -193,11 +193,6 @@ class Flights:
         wait = self._waiting.get(package)
         if wait is None:
             return None
-        elsewhere = compat.devices.off_current_device(f_locals)
-        if elsewhere is not None:  # what the owner publishes is moved to the current device: useless here
-            self._give_up(package, wait, f"its tensors are on cuda:{elsewhere}, not on the current device "
-                                         f"(torch.cuda.set_device({elsewhere}) lets it share the owner's frames)")
-            return None
         log.debug("raycompile: %s: frame %s waits for the owner's compile", wait.label, getattr(code, "co_name", code))
         t0 = time.monotonic()
         progress = t0

@@ -38,18 +38,14 @@ def test_ranks_that_set_their_gpu_share_a_flight(monkeypatch: pytest.MonkeyPatch
         torch.cuda.set_device(before)
 
 
-def test_a_frame_on_cpu_is_never_off_the_current_device() -> None:
-    from raycompile.wrapper.compat import devices
-
-    assert devices.off_current_device({"x": torch.ones(2), "m": torch.nn.Linear(2, 2), "n": 3}) is None
-
 
 @pytest.mark.gpu
-def test_a_waiter_whose_tensors_are_on_another_gpu_traces_at_once() -> None:
+def test_an_entry_made_where_this_process_holds_tensors_is_not_moved() -> None:
     from raycompile.wrapper.compat import devices
 
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two CUDA GPUs")
     torch.cuda.set_device(0)
-    assert devices.off_current_device({"x": torch.ones(2, device="cuda:0")}) is None
-    assert devices.off_current_device({"m": torch.nn.Linear(2, 2).to("cuda:1")}) == 1
+    held = torch.ones(2, device="cuda:1")  # a model moved to cuda:1 without set_device
+    assert devices.uses(1) and devices.current_index() == 0
+    del held

@@ -86,11 +86,14 @@ def test_guards_tensors_move_through_torchs_own_loader() -> None:
 
     state = {"x": torch.device("cuda", 0), "y": torch.device("cuda", 1), "z": torch.device("cpu"),
              "t": torch.empty(2, 3, device="meta")}
-    wrapped = devices._guards(pickle.dumps(state), 0, 3)
+    wrapped = devices._guards(pickle.dumps(state), {0: 3})
     got = load_guards_state(wrapped)
     assert got["x"] == torch.device("cuda", 3)
     assert got["y"] == torch.device("cuda", 1) and got["z"] == torch.device("cpu")
     assert got["t"].shape == (2, 3)
+    # an entry moved 0 -> 3, written again by that process and moved 3 -> 5: read 0 -> 5
+    again = load_guards_state(devices._guards(wrapped, {3: 5}))
+    assert again["x"] == torch.device("cuda", 5) and again["y"] == torch.device("cuda", 1)
 
 
 def test_an_entry_with_collectives_is_bound_to_its_rank(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -129,7 +132,7 @@ class _Dynamo:
 class _Entry:
     backends: dict
     dynamo: _Dynamo
-    where: torch.device
+    where: object
 
 
 def test_an_entry_records_its_one_index_and_moves_whole() -> None:
@@ -142,6 +145,11 @@ def test_an_entry_records_its_one_index_and_moves_whole() -> None:
     moved = devices.loads(data, 0, 2)
     assert moved.where == torch.device("cuda", 2)
     assert load_guards_state(moved.dynamo.codes[0].guarded_codes[0].guards_state)["t"] == torch.device("cuda", 2)
+    from types import SimpleNamespace
+
+    regional = SimpleNamespace(content=SimpleNamespace(compiled_fw=SimpleNamespace(result="a regional output code"),
+                                                       compiled_bw=None))
+    assert devices.dumps(_Entry({"f": regional}, _Dynamo([]), torch.device("cuda", 0)))[1] is None  # not Python code
     two = _Entry({"b": torch.device("cuda", 1)}, _Dynamo([]), torch.device("cuda", 0))
     assert devices.dumps(two)[1] is None  # two devices: never moved
     assert devices.dumps(_Entry({}, _Dynamo([]), torch.device("cpu")))[1] is None

@@ -55,7 +55,8 @@ _DEVICE_FORMS = (
 _FORMS = re.compile("|".join(f"(?:{f})" for f in _DEVICE_FORMS))
 # any other mention of an index: an entry with one is never moved
 _ANY_INDEX = re.compile(r"cuda:\d|index=\d|_DeviceGuard\(|set_device\(|get_raw_stream\(|default_generators\[|"
-                        r"cuda\.device\(|[\"']cuda['\"],\s*\d")
+                        r"cuda\.device\(|[\"']cuda['\"],\s*\d|"
+                        r"device_guard\(|get_current_cuda_stream\(|device_type_cuda")  # the C++ wrapper's
 # a collective the output code calls (every output module binds ``empty_strided_p2p`` from
 # ``torch._C._distributed_c10d``: that is no call of one)
 _COLLECTIVE = re.compile(r"\b_c10d_functional\.\w|torch\.ops\.c10d\.\w")
@@ -90,20 +91,37 @@ def move_source(source: str, to: int) -> str:
     return _FORMS.sub(sub, source)
 
 
-def output_codes(entry: Any) -> Iterator[Any]:
-    """The compiled FX graphs (Inductor's output code) of a precompile entry's backends."""
-    from torch._inductor.output_code import CompiledFxGraph
-
+def _results(entry: Any) -> Iterator[Any]:
+    """The output codes of a precompile entry's backends (forward and backward), of any kind."""
     for artifact in entry.backends.values():
         backend = getattr(artifact, "content", artifact)  # BundledAOTAutogradCacheArtifact's result
         for part in ("compiled_fw", "compiled_bw"):
             result = getattr(getattr(backend, part, None), "result", None)
-            if isinstance(result, CompiledFxGraph):
+            if result is not None:
                 yield result
 
 
+def output_codes(entry: Any) -> Iterator[Any]:
+    """The compiled FX graphs (Inductor's Python output code) of a precompile entry's backends."""
+    from torch._inductor.output_code import CompiledFxGraph
+
+    for result in _results(entry):
+        if isinstance(result, CompiledFxGraph):
+            yield result
+
+
+def _movable_code(entry: Any) -> bool:
+    """Whether every output code of ``entry`` is Python output code this module can move: a
+    regional or AOT-compiled one, or one with the C++ wrapper, is not."""
+    from torch._inductor.output_code import CompiledFxGraph
+
+    return all(isinstance(r, CompiledFxGraph) and not (r.fx_kwargs or {}).get("cpp_wrapper") for r in _results(entry))
+
+
 class _Recorder(pickle.Pickler):
-    """A pickler that records the CUDA indices of the ``torch.device`` objects it pickles."""
+    """A pickler that records the CUDA indices of the ``torch.device`` objects it pickles, and
+    whether it pickles a CUDA tensor or storage (its device travels as a location string, which
+    nothing here moves: index -1)."""
 
     def __init__(self, file: io.BytesIO) -> None:
         import torch
@@ -111,10 +129,14 @@ class _Recorder(pickle.Pickler):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.indices: set[int] = set()
         self._device = torch.device
+        self._on_device = (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)
 
     def reducer_override(self, obj: Any) -> Any:
-        if type(obj) is self._device and obj.type == "cuda":
-            self.indices.add(-1 if obj.index is None else obj.index)
+        if type(obj) is self._device:
+            if obj.type == "cuda":
+                self.indices.add(-1 if obj.index is None else obj.index)
+        elif isinstance(obj, self._on_device) and getattr(obj, "is_cuda", False):
+            self.indices.add(-1)
         return NotImplemented
 
 
@@ -125,6 +147,8 @@ def dumps(entry: Any) -> tuple[bytes, int | None]:
     pickler = _Recorder(buf)
     pickler.dump(entry)
     found = set(pickler.indices)
+    if not _movable_code(entry):
+        return buf.getvalue(), None
     for graph in output_codes(entry):
         got = _indices(graph.source_code)
         if got is None:
@@ -134,10 +158,22 @@ def dumps(entry: Any) -> tuple[bytes, int | None]:
 
 
 def collective_rank(entry: Any) -> int | None:
-    """The rank an entry is bound to: this process's, when its output code calls a collective."""
-    if any(_COLLECTIVE.search(graph.source_code) for graph in output_codes(entry)):
-        return this_rank()
-    return None
+    """The rank an entry is bound to: this process's, when its output code calls a collective and
+    Inductor's passes that bake the rank into such code are on (the bucketing of all-gathers and
+    reduce-scatters, overlap scheduling: pytorch#188332, #191878); else None (the code of plain
+    functional collectives names the process group, not the rank, and serves every rank)."""
+    if not _rank_baked() or not any(_COLLECTIVE.search(g.source_code) for g in output_codes(entry)):
+        return None
+    return this_rank()
+
+
+def _rank_baked() -> bool:
+    from torch._inductor import config
+
+    overlap = getattr(getattr(config, "aten_distributed_optimizations", None), "enable_overlap_scheduling", False)
+    return (getattr(config, "bucket_all_gathers_fx", "none") != "none"
+            or getattr(config, "bucket_reduce_scatters_fx", "none") != "none"
+            or bool(overlap) or bool(getattr(config, "reorder_for_compute_comm_overlap", False)))
 
 
 def this_rank() -> int:
@@ -162,71 +198,78 @@ def current_index() -> int | None:
     return int(torch.cuda.current_device())
 
 
-def off_current_device(f_locals: Any) -> int | None:
-    """The CUDA index of a frame's tensor (an argument, or a module's first parameter) that is not
-    this process's current device, else None: frames moved to the current device would fail its
-    guards (a script that moved its model to ``cuda:N`` without ``set_device``)."""
+def uses(index: int) -> bool:
+    """Whether this process holds tensors on cuda:``index`` (an entry made there is then its own,
+    whatever its current device is: a script that moved its model to ``cuda:N`` without
+    ``set_device``)."""
     import torch
 
-    here = current_index()
-    if here is None:
-        return None
-    for value in list(getattr(f_locals, "values", lambda: ())()):
-        if isinstance(value, torch.nn.Module):
-            value = next(iter(value.parameters()), None)
-        if isinstance(value, torch.Tensor) and value.is_cuda and value.device.index != here:
-            return value.device.index
-    return None
+    try:
+        return 0 <= index < torch.cuda.device_count() and torch.cuda.memory_allocated(index) > 0
+    except (RuntimeError, AssertionError):
+        return False
 
 
-def _device(src: int, to: int) -> Any:
-    import torch
-
-    def device(*args: Any) -> Any:
-        d = torch.device(*args)
-        return torch.device("cuda", to) if d.type == "cuda" and d.index == src else d
-
-    return device
+Mapping = dict[int, int]  # CUDA index -> the index it is read as
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, data: bytes, src: int, to: int) -> None:
+    """Unpickles with every CUDA ``torch.device`` read through ``mapping``; guards that an earlier
+    move wrapped (``_load_guards``) are read through that move's mapping, then this one's."""
+
+    def __init__(self, data: bytes, mapping: Mapping) -> None:
         super().__init__(io.BytesIO(data))
-        self._device = _device(src, to)
+        self._mapping = mapping
 
     def find_class(self, module: str, name: str) -> Any:
         if module == "torch" and name == "device":
             return self._device
+        if module == __name__ and name == "_load_guards":
+            outer = self._mapping
+            return lambda data, inner: _load_guards(data, _then(inner, outer))
         return super().find_class(module, name)
 
+    def _device(self, *args: Any) -> Any:
+        import torch
 
-def _load_guards(data: bytes, src: int, to: int) -> Any:
-    """A frame's guards state, its tensors' device ``src`` read as ``to`` (called by torch's own
-    ``load_guards_state`` through the pickle ``_guards`` makes)."""
-    return _Unpickler(data, src, to).load()
+        d = torch.device(*args)
+        if d.type == "cuda" and d.index in self._mapping:
+            return torch.device("cuda", self._mapping[d.index])
+        return d
+
+
+def _then(first: Mapping, second: Mapping) -> Mapping:
+    """``first``, then ``second``: each index where the two moves take it."""
+    return {**{i: second.get(j, j) for i, j in first.items()}, **{i: j for i, j in second.items() if i not in first}}
+
+
+def _load_guards(data: bytes, mapping: Mapping) -> Any:
+    """A frame's guards state, its tensors' devices read through ``mapping`` (called by torch's
+    own ``load_guards_state`` through the pickle ``_guards`` makes)."""
+    return _Unpickler(data, mapping).load()
 
 
 class _Guards:
-    def __init__(self, data: bytes, src: int, to: int) -> None:
-        self.args = (data, src, to)
+    def __init__(self, data: bytes, mapping: Mapping) -> None:
+        self.args = (data, mapping)
 
     def __reduce__(self) -> Any:
         return _load_guards, self.args
 
 
-def _guards(data: bytes, src: int, to: int) -> bytes:
-    return pickle.dumps(_Guards(data, src, to), protocol=pickle.HIGHEST_PROTOCOL)
+def _guards(data: bytes, mapping: Mapping) -> bytes:
+    return pickle.dumps(_Guards(data, mapping), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def loads(data: bytes, src: int, to: int) -> Any:
     """The entry pickled in ``data`` (made on cuda:``src``, ``dumps``), moved to cuda:``to``."""
-    entry = _Unpickler(data, src, to).load()
+    entry = _Unpickler(data, {src: to}).load()
     for graph in output_codes(entry):
         graph.source_code = move_source(graph.source_code, to)
         graph.cache_key = f"{graph.cache_key}d{to}"  # never the first device's module of this node
         graph.device_idxs = type(graph.device_idxs)(to if i == src else i for i in graph.device_idxs)
         graph._triton_bundle = None
     for code in entry.dynamo.codes:
-        code.guarded_codes = [dataclasses.replace(g, guards_state=_guards(g.guards_state, src, to))
+        code.guarded_codes = [dataclasses.replace(g, guards_state=_guards(g.guards_state, {src: to}))
                               for g in code.guarded_codes]
     return entry

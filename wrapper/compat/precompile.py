@@ -79,7 +79,7 @@ def _unpickled(data: bytes) -> Any:
         raise RuntimeError(f"its code calls collectives and was compiled by rank {rank}: rank "
                            f"{devices.this_rank()} compiles its own")
     here = devices.current_index()
-    if index >= 0 and here is not None and here != index:
+    if index >= 0 and here is not None and here != index and not devices.uses(index):
         log.debug("raycompile: compiled frames made on cuda:%d moved to cuda:%d", index, here)
         entry = devices.loads(body, index, here)
         entry._raycompile_moved_from = index
