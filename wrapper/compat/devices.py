@@ -16,10 +16,12 @@ What in an entry names its device index, and how each is moved:
   farm's cache, whose keys hold no device index.
 
 Only an entry that names exactly one CUDA index, in the forms above and nowhere else in its output
-code, is moved (``index_of``); any other is installed as it is (its guards then fail on another
-device and the frame is traced, as stock traces it). An entry whose output code calls a collective
-is bound to the rank that compiled it (``collective_rank``): bucketed collectives bake the rank
-into the code (pytorch#188332). Checked on torch 2.11.0 and 2.13.0."""
+code, holds no CUDA tensor, and whose output code is all Python, is moved (``dumps`` records the
+index); any other is installed as it is (its guards then fail on another device and the frame is
+traced, as stock traces it), and so is one the loading process holds tensors on the device of
+(``uses``). An entry whose output code calls a collective under Inductor's passes that bake the
+rank into it is bound to the rank that compiled it (``collective_rank``; pytorch#188332).
+Checked on torch 2.11.0 and 2.13.0."""
 
 from __future__ import annotations
 
