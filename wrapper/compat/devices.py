@@ -41,6 +41,8 @@ SEAMS: Seams = {
     "output_code.CompiledFxGraph": ("torch._inductor.output_code", "CompiledFxGraph"),
     "output_code.CompiledFxGraph.write_to_disk": ("torch._inductor.output_code", "CompiledFxGraph.write_to_disk"),
     "package.load_guards_state": ("torch._dynamo.package", "load_guards_state"),
+    # the passes that bake a rank into collective code (the others are read with a default)
+    "config.reorder_for_compute_comm_overlap": ("torch._inductor.config", "reorder_for_compute_comm_overlap"),
 }
 
 # the generated forms of a CUDA device index in Inductor's output code (codegen/wrapper.py,
