@@ -1,29 +1,44 @@
-"""N ranks of one node compiling the same training step at once, stock against the farm.
+"""N ranks of one node compiling the same training step at once: stock, stock's distributed
+max-autotune, and the farm.
 
-    python benchmarks/ranks.py [--models gpt2] [--ranks 4 8] [--label NAME] [--sample PY_SPY]
+    python benchmarks/ranks.py [--models gpt2] [--ranks 4 8] [--cases stock stock-dist farm]
+        [--mode max-autotune-no-cudagraphs] [--timeout S] [--label NAME] [--sample PY_SPY]
 
 Each rank is a new process started at the same moment (as torchrun starts a job's ranks; all on
-one GPU here, ``cuda:0``), building the step of ``overhead.py`` (a transformers model, random
-weights) and calling it once. The ranks of one run share the node's cache dirs (Inductor's, and
-for the farm raycompile's), empty at the start. The farm's ranks join the node's `ray start`
-cluster with no address and no secret (defaults: compiled frames, single flight).
+one GPU here, ``cuda:0``; ``RANK`` and ``WORLD_SIZE`` set), building the step of ``overhead.py`` (a
+transformers model, random weights) and calling it once, compiled with ``--mode`` (default:
+torch.compile's default). The ranks of one run share the node's cache dirs (Inductor's, and for
+the farm raycompile's), empty at the start. Cases:
+- ``stock``: ``torch.compile``;
+- ``stock-dist``: stock with its own distributed max-autotune (``distributed_max_autotune_gemm``:
+  each rank times 1/world of the GEMM decisions, the picks shared by an all-gather over a gloo
+  process group of the ranks, as NCCL cannot share one GPU) and ``pipeline_max_autotune_gemm``
+  (autotuning in a subprocess while lowering goes on), each where this torch has it;
+- ``farm``: ``raycompile.enable()``, the ranks joining the node's `ray start` cluster with no
+  address and no secret (defaults: compiled frames, single flight).
 
-Reported per run: the slowest rank's first output (seconds from the common start), the graphs each
-rank traced (torch's own ``unique_graphs`` counter), who compiled and who waited, the job's
-CPU-seconds (the whole machine's busy CPU time over the run, from /proc/stat: the ranks, their
-compile workers and Ray alike; ``cpu_s_by_kind`` splits it by who spent it, from each process's
-/proc/PID/stat sampled every 0.2 s: the ranks, Inductor's compile workers, Ray's processes, other)
-and its peak host memory (the machine's used memory above what it
-was before the run, sampled), and whether every rank's loss is bitwise stock's. Prints a table and
-the ratios to stock measured in the same run; writes JSON under benchmarks/results/. Each rank's
-phases (``phases_s``: torch imported, enable() returned, model built, first output; seconds from
-the common start) show where a slow rank lost its time; ``--sample PY_SPY`` runs the farm's ranks
-under py-spy (``ranks_LABEL_sampled_MODEL_N_rankI.json``, read with `python benchmarks/timeline.py`).
+Reported per run: the slowest rank's first output (seconds from the common start; a job still
+running at ``--timeout`` is killed and the row says ">=" that bound), the graphs each rank traced
+(torch's own ``unique_graphs`` counter), who compiled and who waited, the job's CPU-seconds (the
+whole machine's busy CPU time over the run, from /proc/stat: the ranks, their compile workers and
+Ray alike; ``cpu_s_by_kind`` splits it by who spent it, from each process's /proc/PID/stat sampled
+every 0.2 s: the ranks, Inductor's compile workers, Ray's processes, other), the GPUs' busy
+seconds (``nvidia-smi``'s utilization integrated over the run: candidates timed anywhere, and the
+steps), its peak host memory (the machine's used memory above what it was before the run,
+sampled), whether every rank's loss is bitwise stock's, and whether every rank made the same
+max-autotune picks (``picks.py``: the ATen calls and Triton template configs in each rank's output
+modules; ``picks_differ_from_rank0``, and ``picks_differ_from_stock_rank0`` against stock's).
+Prints a table and the ratios to stock measured in the same run; writes JSON under
+benchmarks/results/. Each rank's phases (``phases_s``: torch imported, enable() returned, model
+built, first output; seconds from the common start) show where a slow rank lost its time;
+``--sample PY_SPY`` runs the farm's ranks under py-spy (``ranks_LABEL_sampled_MODEL_N_rankI.json``,
+read with `python benchmarks/timeline.py`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -38,30 +53,53 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from overhead import build, fresh, start_ray, stop_ray  # noqa: E402 - next to this script
+from picks import differ  # noqa: E402
+
+CASES = ("stock", "stock-dist", "farm")
 
 
-def rank(model: str, farm: bool) -> None:
-    """One rank (run as ``--rank``): prints RESULT json."""
+def rank(model: str, case: str, mode: str | None) -> None:
+    """One rank (run as ``--rank``): prints RESULT json. ``case``: stock, stock-dist or farm."""
     phases = {"started": time.time()}
     import torch
 
     phases["torch imported"] = time.time()
-    if farm:
+    dist_autotune: dict[str, bool] = {}
+    if case == "farm":
         import raycompile
 
         raycompile.enable()
+    elif case == "stock-dist":
+        # stock's own distributed max-autotune: a process group over the ranks (gloo: these ranks
+        # share one GPU, where NCCL cannot), each rank timing 1/world of the GEMM decisions and the
+        # picks shared by an all-gather; and the pipelined autotuning, where this torch has it
+        import datetime
+
+        import torch._inductor.config as inductor_config
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", init_method=os.environ["RANKS_INIT"], rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]), timeout=datetime.timedelta(seconds=1800))
+        for knob in ("distributed_max_autotune_gemm", "pipeline_max_autotune_gemm"):
+            dist_autotune[knob] = hasattr(inductor_config, knob)
+            if dist_autotune[knob]:
+                setattr(inductor_config, knob, True)
     phases["enabled"] = time.time()
     step, args = build(model, "cuda" if torch.cuda.is_available() else "cpu")
     phases["built"] = time.time()
-    loss = torch.compile(step)(*args)
+    loss = torch.compile(step, mode=mode)(*args)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     first_output = time.time()
+    from picks import picks  # next to this script
     from torch._dynamo.utils import counters
 
     out: dict[str, Any] = {"first_output_epoch": first_output, "loss": float(loss.float()),
-                           "graphs_traced": int(counters["stats"]["unique_graphs"]), "phases_epoch": phases}
-    if farm:
+                           "graphs_traced": int(counters["stats"]["unique_graphs"]), "phases_epoch": phases,
+                           "picks": picks()}
+    if dist_autotune:
+        out["stock_knobs"] = dist_autotune
+    if case == "farm":
         import raycompile
 
         raycompile.disable()
@@ -70,7 +108,12 @@ def rank(model: str, farm: bool) -> None:
         out.update({"roles": roles, "served": s["dynamo_frames_served"], "loaded": s["dynamo_frames_loaded"],
                     "traced": s["dynamo_frames_traced"], "jobs": s["jobs"] + s["jobs_local"],
                     "waited_s": s["dynamo_flight_wait_seconds"], "gave_up": s["dynamo_flight_gave_up"],
-                    "ray_begun": (s.get("ray_start_seconds") or {}).get("begun")})
+                    "ray_begun": (s.get("ray_start_seconds") or {}).get("begun"),
+                    "benchmarks": s["benchmarks"], "benchmark_seconds": s["benchmark_seconds"]})
+    elif case == "stock-dist":
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -117,9 +160,17 @@ def _used_memory_b() -> int:
     return (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) * 1024
 
 
-def run_job(model: str, n: int, farm: bool, env: dict[str, str], timeout: float,
-            spy: tuple[str, str] | None = None) -> dict[str, Any]:
-    """``n`` ranks started together; the job's numbers. ``spy``: (py-spy, output prefix)."""
+def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
+            spy: tuple[str, str] | None = None, mode: str | None = None) -> dict[str, Any]:
+    """``n`` ranks of ``case`` started together; the job's numbers. ``spy``: (py-spy, output
+    prefix). Ranks that have not reached their first output ``timeout`` seconds after the start
+    are killed (with their compile workers): the job's ``slowest_s`` is then that lower bound and
+    ``timed_out`` the ranks that did not finish."""
+    import signal
+    import socket
+
+    from picks import GPUBusy, differ  # next to this script
+
     peak = [0]
     base = _used_memory_b()
     done = threading.Event()
@@ -134,10 +185,14 @@ def run_job(model: str, n: int, farm: bool, env: dict[str, str], timeout: float,
                 kind = seen[pid][0] if pid in seen else _kind(pid, rank_pids)
                 seen[pid] = (kind, cpu - before.get(pid, 0.0))
 
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    gpu = GPUBusy()
     cpu0, t0 = _busy_cpu_s(), time.time()
-    cmd = [sys.executable, __file__, "--rank", model] + (["--farm"] if farm else [])
+    cmd = [sys.executable, __file__, "--rank", model, "--case", case] + (["--mode", mode] if mode else [])
 
     def command(i: int) -> list[str]:
         if not spy:
@@ -148,82 +203,130 @@ def run_job(model: str, n: int, farm: bool, env: dict[str, str], timeout: float,
 
     # RANK, not LOCAL_RANK: these ranks share one GPU, while torchrun's LOCAL_RANK names a rank's own
     # GPU, and single flight is shared only by the ranks of one device (wrapper/flights.py)
-    procs = [subprocess.Popen(command(i), env={**{k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}, **env,
-                                               "RANK": str(i)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+    common = {**{k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}, **env, "WORLD_SIZE": str(n),
+              "RANKS_INIT": f"tcp://127.0.0.1:{port}"}
+    procs = [subprocess.Popen(command(i), env={**common, "RANK": str(i)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True) for i in range(n)]
     rank_pids.update(p.pid for p in procs)
-    ranks = []
-    for p in procs:
-        out, err = p.communicate(timeout=timeout)
+    ranks: list[dict[str, Any]] = []
+    timed_out: list[int] = []
+    deadline = t0 + timeout
+
+    def kill(rest: list[subprocess.Popen[str]]) -> None:  # its process group: its compile workers too
+        for q in rest:
+            if q.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(q.pid, signal.SIGKILL)
+
+    for i, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=max(deadline - time.time(), 1.0))
+        except subprocess.TimeoutExpired:
+            kill(procs)
+            out, err = p.communicate(timeout=60)
         lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
         if p.returncode != 0 or not lines:
-            raise RuntimeError(f"a rank failed ({p.returncode}):\n{out[-2000:]}\n{err[-4000:]}")
+            if time.time() >= deadline:
+                timed_out.append(i)
+                continue
+            kill(procs)
+            raise RuntimeError(f"rank {i} failed ({p.returncode}):\n{out[-2000:]}\n{err[-4000:]}")
         r = json.loads(lines[-1][7:])
         r["first_output_s"] = r.pop("first_output_epoch") - t0
         r["phases_s"] = {k: round(v - t0, 2) for k, v in r.pop("phases_epoch").items()}
         ranks.append(r)
     cpu = _busy_cpu_s() - cpu0
+    gpu_s = gpu.stop()
     done.set()
     sampler.join()
     by_kind: dict[str, float] = {}
     for kind, spent in seen.values():
         by_kind[kind] = round(by_kind.get(kind, 0.0) + max(spent, 0.0), 1)
-    return {"ranks": ranks, "slowest_s": max(r["first_output_s"] for r in ranks), "cpu_s": cpu,
-            "cpu_s_by_kind": by_kind,
-            "peak_memory_gib": peak[0] / 2**30, "graphs_traced": [r["graphs_traced"] for r in ranks],
-            "losses": sorted({r["loss"] for r in ranks})}
+    slowest = timeout if timed_out else max(r["first_output_s"] for r in ranks)
+    first = ranks[0]["picks"] if ranks else {}
+    return {"ranks": ranks, "slowest_s": slowest, "timed_out": timed_out, "cpu_s": cpu, "cpu_s_by_kind": by_kind,
+            "gpu_busy_s": gpu_s, "peak_memory_gib": peak[0] / 2**30,
+            "graphs_traced": [r["graphs_traced"] for r in ranks], "losses": sorted({r["loss"] for r in ranks}),
+            "picks_rank0": first, "picks_differ_from_rank0": [differ(first, r["picks"]) for r in ranks]}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rank")
-    p.add_argument("--farm", action="store_true")
+    p.add_argument("--case", default="stock", choices=CASES)
+    p.add_argument("--cases", nargs="+", default=["stock", "farm"], choices=CASES)
+    p.add_argument("--mode", default=None, help="torch.compile's mode (e.g. max-autotune-no-cudagraphs)")
     p.add_argument("--models", nargs="+", default=["gpt2"])
     p.add_argument("--ranks", nargs="+", type=int, default=[4, 8])
-    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--timeout", type=float, default=900, help="seconds a job may take (its ranks are then killed)")
     p.add_argument("--label", default="local")
     p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
     p.add_argument("--sample", default="", metavar="PY_SPY", help="run the farm's ranks under this py-spy")
     args = p.parse_args()
     if args.rank:
-        rank(args.rank, args.farm)
+        rank(args.rank, args.case, args.mode)
         return 0
     import torch
 
     where = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
-    print(f"ranks: {where}, {os.cpu_count()} CPUs, torch {torch.__version__}", flush=True)
+    mode = args.mode or "default"
+    print(f"ranks: {where}, {os.cpu_count()} CPUs, torch {torch.__version__}, mode {mode}", flush=True)
     work = pathlib.Path(tempfile.mkdtemp(prefix="ranks-"))
-    doc: dict[str, Any] = {"device": where, "cpus": os.cpu_count(), "torch": torch.__version__, "runs": []}
+    doc: dict[str, Any] = {"device": where, "cpus": os.cpu_count(), "torch": torch.__version__, "mode": args.mode,
+                           "runs": []}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"ranks_{args.label}.json"
     rows = []
     for model in args.models:
         for n in args.ranks:
-            stock = run_job(model, n, False, fresh(work, f"{model}-{n}-stock"), args.timeout)
-            ray_proc, ray_env = start_ray(work / f"{model}-{n}-ray")  # a new cluster: nothing warm in it
-            try:
-                prefix = str(args.out / f"ranks_{args.label}_sampled_{model}_{n}")
-                sample = (args.sample, prefix) if args.sample else None
-                farm = run_job(model, n, True, {**fresh(work, f"{model}-{n}-farm"), **ray_env}, args.timeout, sample)
-            finally:
-                stop_ray(ray_proc)
-            for name, job in (("stock", stock), ("farm", farm)):
-                rows.append((model, n, name, job, stock))
+            jobs: dict[str, dict[str, Any]] = {}
+            for case in args.cases:
+                env = fresh(work, f"{model}-{n}-{case}")
+                print(f"{model} x{n} {case} ...", flush=True)
+                try:
+                    if case != "farm":
+                        jobs[case] = run_job(model, n, case, env, args.timeout, mode=args.mode)
+                        continue
+                    ray_proc, ray_env = start_ray(work / f"{model}-{n}-ray")  # a new cluster: nothing warm in it
+                    try:
+                        prefix = str(args.out / f"ranks_{args.label}_sampled_{model}_{n}")
+                        sample = (args.sample, prefix) if args.sample else None
+                        jobs[case] = run_job(model, n, case, {**env, **ray_env}, args.timeout, sample, mode=args.mode)
+                    finally:
+                        stop_ray(ray_proc)
+                except RuntimeError as e:  # a case that fails is reported; the others still run
+                    print(f"  {model} x{n} {case} FAILED: {e}", flush=True)
+                    doc["runs"].append({"model": model, "ranks": n, "case": case, "failed": str(e)[-6000:]})
+                    path.write_text(json.dumps(doc, indent=1))
+            if not jobs:
+                continue
+            base = jobs.get("stock") or next(iter(jobs.values()))
+            for name, job in jobs.items():
+                job["picks_differ_from_stock_rank0"] = differ(job["picks_rank0"], base["picks_rank0"])
+                rows.append((model, n, name, job, base))
                 doc["runs"].append({"model": model, "ranks": n, "case": name, **job})
                 path.write_text(json.dumps(doc, indent=1))
-                print(f"  {model} x{n} {name}: slowest {job['slowest_s']:.2f} s, cpu {job['cpu_s']:.1f} s "
-                      f"({job['cpu_s_by_kind']}), peak {job['peak_memory_gib']:.2f} GiB, graphs per rank "
-                      f"{job['graphs_traced']}, losses {job['losses']}", flush=True)
+                late = f", TIMED OUT ranks {job['timed_out']}" if job["timed_out"] else ""
+                print(f"  {model} x{n} {name}: slowest {job['slowest_s']:.2f} s{late}, cpu {job['cpu_s']:.1f} s "
+                      f"({job['cpu_s_by_kind']}), GPU busy {job['gpu_busy_s']} s, peak {job['peak_memory_gib']:.2f} "
+                      f"GiB, graphs per rank {job['graphs_traced']}, losses {job['losses']}, picks "
+                      f"{sum(job['picks_rank0'].values())} (rank 0), differing from rank 0 "
+                      f"{job['picks_differ_from_rank0']}, from stock's rank 0 {job['picks_differ_from_stock_rank0']}",
+                      flush=True)
                 for i, r in enumerate(job["ranks"]):
-                    print(f"    rank {i}: {r.get('roles') or ''} phases {r['phases_s']} first output "
+                    extra = {k: r[k] for k in ("benchmarks", "benchmark_seconds", "stock_knobs") if k in r}
+                    print(f"    rank {i}: {r.get('roles') or ''} {extra or ''} phases {r['phases_s']} first output "
                           f"{r['first_output_s']:.2f}", flush=True)
-    print(f"\n{'model':<8}{'ranks':>6}{'case':>7}{'slowest s':>11}{'x stock':>9}{'CPU s':>9}{'x stock':>9}"
-          f"{'peak GiB':>10}{'graphs/rank':>16}  loss = stock's")
+    print(f"\n{'model':<8}{'ranks':>6}{'case':>11}{'slowest s':>11}{'x stock':>9}{'CPU s':>9}{'x stock':>9}"
+          f"{'GPU busy s':>12}{'peak GiB':>10}{'graphs/rank':>16}  loss = stock's  picks agree")
     for model, n, name, job, stock in rows:
         same = job["losses"] == stock["losses"] and len(job["losses"]) == 1
-        print(f"{model:<8}{n:>6}{name:>7}{job['slowest_s']:>11.2f}{job['slowest_s'] / stock['slowest_s']:>9.2f}"
-              f"{job['cpu_s']:>9.1f}{job['cpu_s'] / stock['cpu_s']:>9.2f}{job['peak_memory_gib']:>10.2f}"
-              f"{str(job['graphs_traced']):>16}  {same}")
+        ge = ">=" if job["timed_out"] else ""
+        busy = "-" if job["gpu_busy_s"] is None else f"{sum(job['gpu_busy_s'].values()):.1f}"
+        agree = not any(job["picks_differ_from_rank0"]) and not job["timed_out"]
+        print(f"{model:<8}{n:>6}{name:>11}{ge + format(job['slowest_s'], '.2f'):>11}"
+              f"{job['slowest_s'] / stock['slowest_s']:>9.2f}{job['cpu_s']:>9.1f}{job['cpu_s'] / stock['cpu_s']:>9.2f}"
+              f"{busy:>12}{job['peak_memory_gib']:>10.2f}{str(job['graphs_traced']):>16}  {str(same):<14} {agree}")
     print(f"wrote {path}")
     return 0
 

@@ -1,0 +1,108 @@
+"""What a process's max-autotune picked, and how long the GPUs were busy: probes for ranks.py.
+
+``picks()``: the kernels a process's compiled graphs chose, read from their output modules (every
+module Inductor loaded, ``PyCodeCache.modules``: compiled here or loaded from a cache). Each GEMM
+decision leaves either an ATen call (``extern_kernels.mm(...)``) or a Triton template kernel
+(``triton_tem_*``) whose configuration is in its source (its ``tl.constexpr`` block sizes,
+``num_stages``, ``num_warps``). A pick is one such string; the picks of a process are their
+multiset. Two processes that decided the same way have equal multisets; ranks that decided
+differently (another template config, ATen against a template) do not. Kernel names are left out
+(their indices depend on the order of compilation), so stock's and the farm's output modules,
+which differ in how they define kernels but not in what they chose, compare too.
+
+``GPUBusy``: the GPUs' busy seconds over a job, from ``nvidia-smi``'s utilization (the share of
+each sampling period in which a kernel ran), integrated over the job: the timing of candidates,
+in whichever process or actor it ran (stock's autotune subprocesses included), and the steps.
+None where there is no ``nvidia-smi``.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import shutil
+import subprocess
+import threading
+import time
+
+_TEMPLATE = re.compile(r"async_compile\.triton\(\s*'(triton_tem_\w+?)(?:_\d+)?',\s*'''(.*?)'''", re.S)
+_CONSTEXPR = re.compile(r"^\s*(\w+)\s*:\s*tl\.constexpr\s*=\s*(\S+)", re.M)
+_STAGES_WARPS = re.compile(r"num_stages=(\d+),\s*num_warps=(\d+)")
+_EXTERN = re.compile(r"\bextern_kernels\.(\w+)\(")
+
+
+def picks_of(source: str) -> list[str]:
+    """The GEMM picks in one output module's source."""
+    out, rest = [], source
+    for name, body in _TEMPLATE.findall(source):
+        consts = ",".join(f"{k}={v}" for k, v in _CONSTEXPR.findall(body))
+        sw = _STAGES_WARPS.search(body)
+        out.append(f"template {name}[{consts}] stages={sw.group(1) if sw else '?'} warps={sw.group(2) if sw else '?'}")
+        rest = rest.replace(body, "")
+    out += [f"aten {op}" for op in _EXTERN.findall(rest)]
+    return out
+
+
+def picks() -> dict[str, int]:
+    """This process's picks (a multiset: pick -> count), over every output module it loaded."""
+    from torch._inductor.codecache import PyCodeCache
+
+    seen: set[str] = set()
+    counts: collections.Counter[str] = collections.Counter()
+    for module in list(PyCodeCache.modules):
+        path = getattr(module, "__file__", None)
+        if not path or path in seen:
+            continue
+        seen.add(path)
+        try:
+            source = open(path).read()
+        except OSError:
+            continue
+        counts.update(picks_of(source))
+    return dict(sorted(counts.items()))
+
+
+def differ(a: dict[str, int], b: dict[str, int]) -> int:
+    """How many picks two processes did not share (the multisets' symmetric difference)."""
+    ca, cb = collections.Counter(a), collections.Counter(b)
+    return sum(((ca - cb) + (cb - ca)).values())
+
+
+class GPUBusy:
+    """Samples ``nvidia-smi`` every ``period_s`` until ``stop()``; ``seconds``: each GPU's busy
+    seconds (utilization x period, summed), or None without ``nvidia-smi``."""
+
+    def __init__(self, period_s: float = 0.2) -> None:
+        self.seconds: dict[str, float] | None = None
+        self._period = period_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if shutil.which("nvidia-smi"):
+            self.seconds = {}
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(self._period):
+            try:
+                query = ["nvidia-smi", "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits"]
+                out = subprocess.run(query, capture_output=True, text=True, timeout=10).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            now = time.monotonic()
+            dt, last = now - last, now
+            for line in out.splitlines():
+                index, _, util = line.partition(",")
+                try:
+                    busy = float(util) / 100 * dt
+                except ValueError:
+                    continue
+                assert self.seconds is not None
+                self.seconds[index.strip()] = self.seconds.get(index.strip(), 0.0) + busy
+
+    def stop(self) -> dict[str, float] | None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        return None if self.seconds is None else {k: round(v, 1) for k, v in self.seconds.items()}
