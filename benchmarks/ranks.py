@@ -286,14 +286,18 @@ def main() -> int:
                 try:
                     if case != "farm":
                         jobs[case] = run_job(model, n, case, env, args.timeout, mode=args.mode)
-                        continue
-                    ray_proc, ray_env = start_ray(work / f"{model}-{n}-ray")  # a new cluster: nothing warm in it
-                    try:
-                        prefix = str(args.out / f"ranks_{args.label}_sampled_{model}_{n}")
-                        sample = (args.sample, prefix) if args.sample else None
-                        jobs[case] = run_job(model, n, case, {**env, **ray_env}, args.timeout, sample, mode=args.mode)
-                    finally:
-                        stop_ray(ray_proc)
+                    else:
+                        ray_proc, ray_env = start_ray(work / f"{model}-{n}-ray")  # a new cluster: nothing warm in it
+                        try:
+                            prefix = str(args.out / f"ranks_{args.label}_sampled_{model}_{n}")
+                            sample = (args.sample, prefix) if args.sample else None
+                            jobs[case] = run_job(model, n, case, {**env, **ray_env}, args.timeout, sample,
+                                                 mode=args.mode)
+                        finally:
+                            stop_ray(ray_proc)
+                    # written as each case ends: a run cut short keeps the cases it finished
+                    doc["runs"].append({"model": model, "ranks": n, "case": case, **jobs[case]})
+                    path.write_text(json.dumps(doc, indent=1))
                 except RuntimeError as e:  # a case that fails is reported; the others still run
                     print(f"  {model} x{n} {case} FAILED: {e}", flush=True)
                     doc["runs"].append({"model": model, "ranks": n, "case": case, "failed": str(e)[-6000:]})
@@ -304,7 +308,8 @@ def main() -> int:
             for name, job in jobs.items():
                 job["picks_differ_from_stock_rank0"] = differ(job["picks_rank0"], base["picks_rank0"])
                 rows.append((model, n, name, job, base))
-                doc["runs"].append({"model": model, "ranks": n, "case": name, **job})
+                row = next(r for r in doc["runs"] if (r["model"], r["ranks"], r["case"]) == (model, n, name))
+                row["picks_differ_from_stock_rank0"] = job["picks_differ_from_stock_rank0"]
                 path.write_text(json.dumps(doc, indent=1))
                 late = f", TIMED OUT ranks {job['timed_out']}" if job["timed_out"] else ""
                 print(f"  {model} x{n} {name}: slowest {job['slowest_s']:.2f} s{late}, cpu {job['cpu_s']:.1f} s "

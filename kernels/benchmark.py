@@ -192,6 +192,24 @@ def local_gpu(index: int | None = None) -> GPUDescription | None:
     return GPUDescription(torch.cuda.get_device_name(i), f"sm_{major}{minor}", str(i), uuid)
 
 
+def local_cpu() -> str:
+    """This machine's CPU as far as a timing on it depends: its model name and the threads torch
+    uses ("Intel(R) Xeon(R) Platinum 8480C x16")."""
+    import torch
+
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    if not model:
+        import platform
+
+        model = platform.processor() or platform.machine()
+    return f"{model} x{torch.get_num_threads()}"
+
+
 # --- indirect indexing -------------------------------------------------------------------------
 
 _MEMORY_OPS = ("load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg",

@@ -131,7 +131,8 @@ def autotune_lines(stats: Mapping[str, Any]) -> list[str]:
     """Candidates timed on GPU actors, where, how long, and what the driver did itself ([] if none)."""
     gpus = stats.get("gpus") or {}
     local, cached = stats.get("benchmarks_local", 0), stats.get("autotune_cached", 0)
-    if not (stats.get("benchmarks") or local or cached or stats.get("coordesc_prefetched")):
+    decided = [stats.get(f"autotune_decisions_{how}", 0) for how in ("shared", "timed", "adopted")]
+    if not (stats.get("benchmarks") or local or cached or stats.get("coordesc_prefetched") or any(decided)):
         return []
     lines = [
         f"  autotune: {stats.get('benchmarks', 0)} candidates on {len(gpus)} GPU(s), "
@@ -141,6 +142,10 @@ def autotune_lines(stats: Mapping[str, Any]) -> list[str]:
         f"kernels tuned locally {local}   winners from the cache {cached}   "
         f"coordinate-descent candidates compiled ahead {stats.get('coordesc_prefetched', 0)}",
     ]
+    if any(decided):
+        lines.append(f"    max-autotune decisions: {decided[0]} taken from the cache (another process's picks, "
+                     f"nothing compiled or timed), {decided[1]} timed here and filed, {decided[2]} timed here while "
+                     "another process filed its picks first (theirs taken)")
     if gpus:
         lines.append("    " + "   ".join(f"{gpu}: {n}" for gpu, n in sorted(gpus.items())))
     return lines

@@ -4,9 +4,11 @@ own Triton kernel.
 While the farm is enabled and the cluster has GPUs of the driver's model, Inductor's autotune
 benchmarks (max-autotune choices, and the configs of every Triton kernel with several) run on GPU
 actors, one per GPU of every GPU node, in parallel (``wrapper/autotune.py``,
-``orchestrator/gpu_pool.py``); winners are cached, so a later process benchmarks nothing.
-``stats()`` counts ``benchmarks``, ``benchmark_seconds`` and ``gpus`` (GPU id -> benchmarks).
-"""
+``orchestrator/gpu_pool.py``); winners are cached, so a later process benchmarks nothing. Every
+max-autotune decision's timings are filed in the cache too (``cache/decisions.py``), on GPU or CPU:
+a process, on any node, that meets a decision already made takes its timings, so it picks the same,
+and compiles and times no candidate. ``stats()`` counts ``benchmarks``, ``benchmark_seconds`` and
+``gpus`` (GPU id -> benchmarks)."""
 
 from __future__ import annotations
 
@@ -40,10 +42,11 @@ class AutotuneSession:
     def __init__(self, stats: Any, cache: Any, settings: Settings, group: str | None = None,
                  measure: Any = None, source: Any = None, submit: Callable[..., Any] | None = None,
                  registry: Any = None) -> None:
+        from .cache.decisions import DecisionStore
         from .cache.winners import WinnerStore
-        from .kernels.benchmark import GPUTiming, local_gpu
+        from .kernels.benchmark import GPUTiming, local_cpu, local_gpu
         from .wrapper import compat
-        from .wrapper.autotune import AutotuneHooks
+        from .wrapper.autotune import AutotuneHooks, SharedDecisions
 
         self.stats, self.settings = stats, settings
         self._own: Any = None
@@ -63,6 +66,10 @@ class AutotuneSession:
                                        background=self._runner(wall=False), hold=self._hold,
                                        configs=settings.autotune_configs, registry=registry)
             self.hooks.install()
+        # max-autotune's decisions (GPU or CPU) shared through the cache: every process picks the same
+        self.decisions = SharedDecisions(DecisionStore(cache, submit=submit), stats, (self.group, local_cpu()))
+        self._decisions: contextlib.ExitStack | None = contextlib.ExitStack()
+        self._decisions.enter_context(self.decisions.install())
 
     @property
     def pool(self) -> Any:
@@ -120,6 +127,9 @@ class AutotuneSession:
     def close(self) -> None:
         if self.hooks is not None:
             self.hooks.uninstall()
+        decisions, self._decisions = self._decisions, None
+        if decisions is not None:
+            decisions.close()
         if self._own is not None:
             self._own.close()
 

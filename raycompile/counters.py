@@ -216,6 +216,25 @@ COUNTERS: tuple[Counter, ...] = (
         metric=("raycompile_autotune_cached_total", {}, "Kernels whose stored autotuning winner was used"),
     ),
     Counter(
+        "autotune_decisions_shared",
+        "autotuning on GPU actors",
+        "max-autotune decisions answered from the cache: another process's picks, no candidate compiled or timed",
+        metric=("raycompile_autotune_decisions_total", {"how": "shared"},
+                "Max-autotune decisions: from the cache (shared), timed here (timed), another's taken (adopted)"),
+    ),
+    Counter(
+        "autotune_decisions_timed",
+        "autotuning on GPU actors",
+        "max-autotune decisions timed by this process and filed in the cache",
+        metric=("raycompile_autotune_decisions_total", {"how": "timed"}, ""),
+    ),
+    Counter(
+        "autotune_decisions_adopted",
+        "autotuning on GPU actors",
+        "max-autotune decisions timed here while another process filed its own first: its picks taken",
+        metric=("raycompile_autotune_decisions_total", {"how": "adopted"}, ""),
+    ),
+    Counter(
         "benchmarks_verified",
         "autotuning on GPU actors",
         "apparent fastest candidates timed again in the driver (confirm_fastest)",

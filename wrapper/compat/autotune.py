@@ -34,6 +34,10 @@ SEAMS: Seams = {
     "AlgorithmSelectorCache.make_precompile_fn": (
         "torch._inductor.select_algorithm", "AlgorithmSelectorCache.make_precompile_fn"),
     "PyCodeCache.write": ("torch._inductor.codecache", "PyCodeCache.write"),
+    # every max-autotune decision asks it for its candidates' timings (and, with no benchmark given,
+    # whether they are all known: then Inductor compiles none of them)
+    "PersistentCache.lookup": ("torch._inductor.codecache", "PersistentCache.lookup"),
+    "ChoiceCaller.hash_key": ("torch._inductor.ir", "ChoiceCaller.hash_key"),
     "CachingAutotuner.benchmark_all_configs": (
         "torch._inductor.runtime.triton_heuristics", "CachingAutotuner.benchmark_all_configs"),
     "CachingAutotuner.autotune_to_one_config": (
@@ -134,6 +138,46 @@ def prefetch_installed(pool: Any) -> Iterator[None]:
     finally:
         AlgorithmSelectorCache.make_precompile_fn = stock
         pool.forget()
+
+
+# decide(choices, op, inputs, hint, benchmark, stock) -> {choice: ms}; stock(benchmark) is Inductor's lookup
+Decide = Callable[[Sequence[Any], str, str, Any, Any, Callable[[Any], dict[Any, float]]], dict[Any, float]]
+
+
+@contextlib.contextmanager
+def decisions_installed(decide: Decide) -> Iterator[None]:
+    """Every max-autotune decision's lookup (``PersistentCache.lookup``, which
+    ``AlgorithmSelectorCache`` inherits: the candidates' timings, from Inductor's local cache or by
+    calling ``benchmark``) goes through ``decide``; restored on exit."""
+    import inspect
+
+    from torch._inductor.codecache import PersistentCache
+
+    stock = PersistentCache.__dict__["lookup"]
+    signature = inspect.signature(stock)
+
+    def lookup(self: Any, *args: Any, **kwargs: Any) -> dict[Any, float]:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+
+        def call_stock(benchmark: Any) -> dict[Any, float]:
+            rest = {k: v for k, v in a.items() if k not in ("self", "choices", "op", "inputs", "benchmark")}
+            return stock(self, a["choices"], a["op"], a["inputs"], benchmark, **rest)
+
+        return decide(a["choices"], a["op"], a["inputs"], a.get("hint_override"), a["benchmark"], call_stock)
+
+    PersistentCache.lookup = lookup
+    try:
+        yield
+    finally:
+        PersistentCache.lookup = stock
+
+
+def matmul_precision() -> str:
+    import torch
+
+    return torch.get_float32_matmul_precision()
 
 
 @contextlib.contextmanager
