@@ -280,6 +280,7 @@ def main() -> int:
     for model in args.models:
         for n in args.ranks:
             jobs: dict[str, dict[str, Any]] = {}
+            written: dict[str, dict[str, Any]] = {}  # case -> its row in doc["runs"]
             for case in args.cases:
                 env = fresh(work, f"{model}-{n}-{case}")
                 print(f"{model} x{n} {case} ...", flush=True)
@@ -296,7 +297,8 @@ def main() -> int:
                         finally:
                             stop_ray(ray_proc)
                     # written as each case ends: a run cut short keeps the cases it finished
-                    doc["runs"].append({"model": model, "ranks": n, "case": case, **jobs[case]})
+                    written[case] = {"model": model, "ranks": n, "case": case, **jobs[case]}  # "ranks": each rank's
+                    doc["runs"].append(written[case])
                     path.write_text(json.dumps(doc, indent=1))
                 except RuntimeError as e:  # a case that fails is reported; the others still run
                     print(f"  {model} x{n} {case} FAILED: {e}", flush=True)
@@ -308,8 +310,7 @@ def main() -> int:
             for name, job in jobs.items():
                 job["picks_differ_from_stock_rank0"] = differ(job["picks_rank0"], base["picks_rank0"])
                 rows.append((model, n, name, job, base))
-                row = next(r for r in doc["runs"] if (r["model"], r["ranks"], r["case"]) == (model, n, name))
-                row["picks_differ_from_stock_rank0"] = job["picks_differ_from_stock_rank0"]
+                written[name]["picks_differ_from_stock_rank0"] = job["picks_differ_from_stock_rank0"]
                 path.write_text(json.dumps(doc, indent=1))
                 late = f", TIMED OUT ranks {job['timed_out']}" if job["timed_out"] else ""
                 print(f"  {model} x{n} {name}: slowest {job['slowest_s']:.2f} s{late}, cpu {job['cpu_s']:.1f} s "
