@@ -14,6 +14,7 @@ the farm raycompile's), empty at the start. Cases:
   each rank times 1/world of the GEMM decisions, the picks shared by an all-gather over a gloo
   process group of the ranks, as NCCL cannot share one GPU) and ``pipeline_max_autotune_gemm``
   (autotuning in a subprocess while lowering goes on), each where this torch has it;
+  ``stock-dist-nopipe`` the distributed one alone;
 - ``farm``: ``raycompile.enable()``, the ranks joining the node's `ray start` cluster with no
   address and no secret (defaults: compiled frames, single flight).
 
@@ -55,11 +56,11 @@ sys.path.insert(0, str(HERE))
 from overhead import build, fresh, start_ray, stop_ray  # noqa: E402 - next to this script
 from picks import differ  # noqa: E402
 
-CASES = ("stock", "stock-dist", "farm")
+CASES = ("stock", "stock-dist", "stock-dist-nopipe", "farm")
 
 
 def rank(model: str, case: str, mode: str | None) -> None:
-    """One rank (run as ``--rank``): prints RESULT json. ``case``: stock, stock-dist or farm."""
+    """One rank (run as ``--rank``): prints RESULT json. ``case``: one of CASES."""
     phases = {"started": time.time()}
     import torch
 
@@ -69,7 +70,7 @@ def rank(model: str, case: str, mode: str | None) -> None:
         import raycompile
 
         raycompile.enable()
-    elif case == "stock-dist":
+    elif case.startswith("stock-dist"):
         # stock's own distributed max-autotune: a process group over the ranks (gloo: these ranks
         # share one GPU, where NCCL cannot), each rank timing 1/world of the GEMM decisions and the
         # picks shared by an all-gather; and the pipelined autotuning, where this torch has it
@@ -80,7 +81,10 @@ def rank(model: str, case: str, mode: str | None) -> None:
 
         dist.init_process_group("gloo", init_method=os.environ["RANKS_INIT"], rank=int(os.environ["RANK"]),
                                 world_size=int(os.environ["WORLD_SIZE"]), timeout=datetime.timedelta(seconds=1800))
-        for knob in ("distributed_max_autotune_gemm", "pipeline_max_autotune_gemm"):
+        knobs = ["distributed_max_autotune_gemm"]
+        if case != "stock-dist-nopipe":
+            knobs.append("pipeline_max_autotune_gemm")
+        for knob in knobs:
             dist_autotune[knob] = hasattr(inductor_config, knob)
             if dist_autotune[knob]:
                 setattr(inductor_config, knob, True)
@@ -110,7 +114,7 @@ def rank(model: str, case: str, mode: str | None) -> None:
                     "waited_s": s["dynamo_flight_wait_seconds"], "gave_up": s["dynamo_flight_gave_up"],
                     "ray_begun": (s.get("ray_start_seconds") or {}).get("begun"),
                     "benchmarks": s["benchmarks"], "benchmark_seconds": s["benchmark_seconds"]})
-    elif case == "stock-dist":
+    elif case.startswith("stock-dist"):
         import torch.distributed as dist
 
         dist.destroy_process_group()
@@ -230,7 +234,10 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
                 timed_out.append(i)
                 continue
             kill(procs)
-            raise RuntimeError(f"rank {i} failed ({p.returncode}):\n{out[-2000:]}\n{err[-4000:]}")
+            # the exception's own line is what says why: the last lines that name an error, then the tail
+            named = [ln for ln in err.splitlines() if "Error" in ln or "Exception" in ln][-6:]
+            raise RuntimeError(f"rank {i} failed ({p.returncode}):\n" + "\n".join(named)
+                               + f"\n{out[-2000:]}\n{err[:3000]}\n...\n{err[-3000:]}")
         r = json.loads(lines[-1][7:])
         r["first_output_s"] = r.pop("first_output_epoch") - t0
         r["phases_s"] = {k: round(v - t0, 2) for k, v in r.pop("phases_epoch").items()}
