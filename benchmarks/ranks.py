@@ -66,9 +66,24 @@ def rank(model: str, case: str, mode: str | None) -> None:
 
     phases["torch imported"] = time.time()
     dist_autotune: dict[str, bool] = {}
+    said: list[str] = []
     if case == "farm":
+        import logging
+
         import raycompile
 
+        class Said(logging.Handler):  # why a waiter traced a frame itself, in the farm's own words
+            def emit(self, record: logging.LogRecord) -> None:
+                if "tracing it here" in record.getMessage():
+                    said.append(record.getMessage())
+
+        logging.getLogger("raycompile.frames").addHandler(Said(logging.INFO))
+        logging.getLogger("raycompile.frames").setLevel(logging.INFO)
+        if os.environ.get("RANKS_LOG"):  # a diagnosis: each rank's raycompile log, at debug level
+            handler = logging.FileHandler(f"{os.environ['RANKS_LOG']}.rank{os.environ['RANK']}")
+            handler.setFormatter(logging.Formatter("%(relativeCreated)8.0f %(threadName)s %(name)s: %(message)s"))
+            logging.getLogger("raycompile").addHandler(handler)
+            logging.getLogger("raycompile").setLevel(logging.DEBUG)
         raycompile.enable()
     elif case.startswith("stock-dist"):
         # stock's own distributed max-autotune: a process group over the ranks (gloo: these ranks
@@ -113,7 +128,7 @@ def rank(model: str, case: str, mode: str | None) -> None:
                     "traced": s["dynamo_frames_traced"], "jobs": s["jobs"] + s["jobs_local"],
                     "waited_s": s["dynamo_flight_wait_seconds"], "gave_up": s["dynamo_flight_gave_up"],
                     "ray_begun": (s.get("ray_start_seconds") or {}).get("begun"),
-                    "benchmarks": s["benchmarks"], "benchmark_seconds": s["benchmark_seconds"]})
+                    "benchmarks": s["benchmarks"], "benchmark_seconds": s["benchmark_seconds"], "gave_up_why": said})
     elif case.startswith("stock-dist"):
         import torch.distributed as dist
 
@@ -327,7 +342,8 @@ def main() -> int:
                       f"{job['picks_differ_from_rank0']}, from stock's rank 0 {job['picks_differ_from_stock_rank0']}",
                       flush=True)
                 for i, r in enumerate(job["ranks"]):
-                    extra = {k: r[k] for k in ("benchmarks", "benchmark_seconds", "stock_knobs") if k in r}
+                    shown = ("benchmarks", "benchmark_seconds", "stock_knobs", "gave_up_why")
+                    extra = {k: r[k] for k in shown if r.get(k)}
                     print(f"    rank {i}: {r.get('roles') or ''} {extra or ''} phases {r['phases_s']} first output "
                           f"{r['first_output_s']:.2f}", flush=True)
     print(f"\n{'model':<8}{'ranks':>6}{'case':>11}{'slowest s':>11}{'x stock':>9}{'CPU s':>9}{'x stock':>9}"
