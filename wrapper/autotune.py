@@ -388,6 +388,7 @@ class SharedDecisions:
     def __init__(self, store: Any, stats: Any, groups: tuple[str | None, str]) -> None:
         self.store, self.stats, self.groups = store, stats, groups
         self._versions = repr(Versions.here())
+        self._mine: set[str] = set()  # decisions this process timed: met again, they are not another's
 
     def _key(self, choices: Sequence[Any], op: str, inputs: str, hint: Any) -> tuple[str, list[str]] | None:
         from ..cache.decisions import decision_key
@@ -408,7 +409,10 @@ class SharedDecisions:
         key, hashes = keyed
         stored = self.store.get(key)
         if stored is not None and all(h in stored for h in hashes):
-            if benchmark is not None:  # the decision itself (not Inductor's probe before precompiling)
+            # the decision itself (not Inductor's probe before precompiling), made by another process
+            # (one this process made already, another layer's GEMM of the same shape, stock answers
+            # from its own cache as well)
+            if benchmark is not None and key not in self._mine:
                 self.stats.add(autotune_decisions_shared=1)
             return {c: stored[h] for c, h in zip(choices, hashes, strict=True)}
         timings = stock(benchmark)
@@ -416,6 +420,7 @@ class SharedDecisions:
             return timings  # a probe, or Inductor did not time them all: nothing to file
         ours = {h: float(timings[c]) for c, h in zip(choices, hashes, strict=True)}
         first = self.store.put_first(key, ours, {"op": op})
+        self._mine.add(key)
         if first == ours or not all(h in first for h in hashes):
             self.stats.add(autotune_decisions_timed=1)
             return timings
