@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import torch
 from farmrun import compile_fresh, compile_on_farm
-from faults import WorkerKiller, raylet_of, raylet_pids, sound_entries, wait_for_job
+from faults import WorkerKiller, executing_workers, raylet_of, raylet_pids, sound_entries, wait_for_job
 from raystart import ray_cluster
 
 import raycompile
@@ -82,11 +82,16 @@ def test_a_node_removed_mid_run_the_run_completes(cluster: Any, model_and_stock:
     removed: list[Any] = []
 
     def remove_when_busy() -> None:
-        pid = wait_for_job(workers, timeout=300)
-        if pid is not None:
-            node = workers[raylet_of(pid)]
-            cluster.remove_node(node, allow_graceful=False)
-            removed.append(node)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            pid = wait_for_job(workers, timeout=deadline - time.monotonic())
+            if pid is None:
+                return
+            if pid in executing_workers(workers):  # still on its job (a short one may be over already)
+                node = workers[raylet_of(pid)]
+                cluster.remove_node(node, allow_graceful=False)
+                removed.append(node)
+                return
 
     remover = threading.Thread(target=remove_when_busy, daemon=True)
     remover.start()
