@@ -7,7 +7,7 @@ its node's cache dir and uses them instead of timing again; here they are filed 
 signed tiers (local, then shared), keyed also by the GPU or CPU model that took them and the
 torch/triton versions. A process that meets the same decision later, on any node, takes the stored
 timings, so it picks what the first picked, compiles no candidate and times none
-(``wrapper/autotune.py``'s ``SharedDecisions``).
+(``wrapper/decisions.py``'s ``SharedDecisions``).
 
 The first timings filed win: a process that timed a decision itself files them only where none are
 stored yet, and otherwise takes the stored ones (it adopts the other's picks). Two processes that

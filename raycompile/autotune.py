@@ -46,7 +46,8 @@ class AutotuneSession:
         from .cache.winners import WinnerStore
         from .kernels.benchmark import GPUTiming, local_cpu, local_gpu
         from .wrapper import compat
-        from .wrapper.autotune import AutotuneHooks, SharedDecisions
+        from .wrapper.autotune import AutotuneHooks
+        from .wrapper.decisions import SharedDecisions
 
         self.stats, self.settings = stats, settings
         self._own: Any = None

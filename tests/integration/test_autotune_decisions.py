@@ -1,4 +1,4 @@
-"""Max-autotune decisions shared through the cache (cache/decisions.py, wrapper/autotune.py's
+"""Max-autotune decisions shared through the cache (cache/decisions.py, wrapper/decisions.py's
 SharedDecisions): real torch.compile under max-autotune on this CPU. With ``freezing``, Inductor
 has two candidates for each linear layer (its C++ GEMM template and MKL's packed linear) and times
 both for real: a decision, on CPU as on a GPU."""
