@@ -25,7 +25,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from .store import Entry
+from .store import Entry, get_json
 
 Timings = dict[str, float]  # choice hash key -> milliseconds (inf: failed)
 
@@ -39,16 +39,10 @@ def decision_key(group: str, versions: str, precision: str, op: str, inputs: str
     return hashlib.sha256(f"autotune-decision:{what}".encode()).hexdigest()
 
 
-def _decode(entry: Any) -> Timings | None:
-    if not isinstance(entry, Entry):
+def _timings(value: Any) -> Timings | None:
+    if not isinstance(value, dict) or not all(isinstance(v, (int, float)) for v in value.values()):
         return None
-    try:
-        timings = json.loads(entry.blobs["timings.json"])
-    except (KeyError, ValueError):
-        return None
-    if not isinstance(timings, dict) or not all(isinstance(v, (int, float)) for v in timings.values()):
-        return None
-    return {str(k): float(v) for k, v in timings.items()}
+    return {str(k): float(v) for k, v in value.items()}
 
 
 class DecisionStore:
@@ -62,27 +56,18 @@ class DecisionStore:
         self._memo: dict[str, Timings] = {}
         self._lock = threading.Lock()
 
-    def _tiers(self) -> list[Any]:
-        return [t for t in (getattr(self.cache, "local", None), getattr(self.cache, "shared", None)) if t is not None]
-
     def get(self, key: str) -> Timings | None:
         """The stored timings (memo, local tier, then shared: a shared hit is copied to the local
         tier), or None."""
         with self._lock:
             if key in self._memo:
                 return dict(self._memo[key])
-        tiers = self._tiers()
-        for tier in tiers:
-            entry = tier.get(key)
-            timings = _decode(entry)
-            if timings is None:
-                continue
-            if tier is not tiers[0]:
-                tiers[0].put(entry)
-            with self._lock:
-                self._memo[key] = timings
-            return dict(timings)
-        return None
+        timings = _timings(get_json(self.cache, key, "timings.json")) if self.cache is not None else None
+        if timings is None:
+            return None
+        with self._lock:
+            self._memo[key] = timings
+        return dict(timings)
 
     def put_first(self, key: str, timings: Timings, meta: dict[str, Any] | None = None) -> Timings:
         """File ``timings`` unless a decision is stored under ``key`` already; returns the stored

@@ -107,6 +107,26 @@ def get_many(tier: Tier, keys: list[str]) -> dict[str, Entry | Miss]:
     return {key: tier.get(key) for key in keys}
 
 
+def get_json(cache: Any, key: str, blob: str) -> Any:
+    """The JSON in blob ``blob`` of the entry under ``key``: the local tier's, else the shared
+    tier's (a shared hit copied to the local tier), or None. For small records filed beside the
+    kernels (autotune winners, max-autotune decisions); not counted in the cache's hit/miss stats,
+    which count kernels. An entry without that blob, or not JSON, is passed over."""
+    tiers = [t for t in (getattr(cache, "local", None), getattr(cache, "shared", None)) if t is not None]
+    for tier in tiers:
+        entry = tier.get(key)
+        if not isinstance(entry, Entry):
+            continue
+        try:
+            value = json.loads(entry.blobs[blob])
+        except (KeyError, ValueError):
+            continue
+        if tier is not tiers[0]:
+            tiers[0].put(entry)
+        return value
+    return None
+
+
 def _blob_file(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()[:32]
 

@@ -15,7 +15,7 @@ import json
 import threading
 from typing import Any
 
-from .store import Entry
+from .store import Entry, get_json
 
 Winner = dict[str, Any]  # a Triton config: its kwargs, plus "num_warps" and "num_stages"
 
@@ -28,19 +28,8 @@ def winner_key(kernel_key: str) -> str:
 def get_winner(cache: Any, kernel_key: str) -> Winner | None:
     """The stored winner of ``kernel_key`` (local tier, then shared; a shared hit is copied to
     the local tier), or None. Not counted in the cache's hit/miss stats: those count kernels."""
-    key = winner_key(kernel_key)
-    tiers = [t for t in (getattr(cache, "local", None), getattr(cache, "shared", None)) if t is not None]
-    for tier in tiers:
-        entry = tier.get(key)
-        if isinstance(entry, Entry):
-            try:
-                winner = json.loads(entry.blobs["winner.json"])
-            except (KeyError, ValueError):
-                continue
-            if tier is not tiers[0]:
-                tiers[0].put(entry)
-            return winner if isinstance(winner, dict) else None
-    return None
+    winner = get_json(cache, winner_key(kernel_key), "winner.json")
+    return winner if isinstance(winner, dict) else None
 
 
 def put_winner(cache: Any, kernel_key: str, config: Winner, meta: dict[str, Any] | None = None) -> None:
