@@ -2,8 +2,8 @@
 
     python benchmarks/frames_cost.py [--layers 16] [--rounds 2] [--label NAME]
 
-A Llama-style training step (transformers config, random weights: ``--layers`` layers, hidden 128
-on CPU, 2048 on a GPU), each case a new process with empty Inductor, Triton and raycompile caches,
+overhead.py's Llama-style training step (transformers config, random weights: ``--layers``
+layers, hidden 128 on CPU, 2048 on a GPU), each case a new process with empty Inductor, Triton and raycompile caches,
 timed from the compiled step's first call to its result (imports and the model's build left out):
 
 - ``stock``: ``torch.compile``;
@@ -30,6 +30,7 @@ import tempfile
 import time
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 CASES = ("stock", "stock-nonlazy", "farm", "farm-noframes")
 
 
@@ -44,21 +45,10 @@ def child(case: str, layers: int) -> None:
         import raycompile
 
         raycompile.enable(**({"dynamo_cache": False} if case == "farm-noframes" else {}))
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from overhead import build  # next to this script: the Llama step every overhead benchmark times
 
+    step, (ids,) = build("llama", "cuda" if torch.cuda.is_available() else "cpu", layers)
     gpu = torch.cuda.is_available()
-    torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=2048 if gpu else 128, intermediate_size=8192 if gpu else 256,
-                      num_hidden_layers=layers, num_attention_heads=32 if gpu else 4,
-                      num_key_value_heads=8 if gpu else 2, vocab_size=32000, max_position_embeddings=2048)
-    device = "cuda" if gpu else "cpu"
-    m = LlamaForCausalLM(cfg).to(device=device, dtype=torch.bfloat16 if gpu else torch.float32).train()
-    ids = torch.randint(0, 8192, (4, 512) if gpu else (2, 64), device=device)
-
-    def step(ids: torch.Tensor) -> torch.Tensor:
-        loss = m(input_ids=ids, labels=ids).loss
-        loss.backward()
-        return loss
 
     compiled = torch.compile(step)
     t0 = time.perf_counter()

@@ -65,8 +65,9 @@ CASES = ("stock-cold", "stock-warm", "megacache", "farm-cold-file", "farm-warm-f
 # -- the child: one case, one process ---------------------------------------------------------------
 
 
-def build(model: str, device: str) -> tuple[Any, tuple[Any, ...]]:
-    """(step, args): a training step of ``model`` built from its transformers config."""
+def build(model: str, device: str, layers: int | None = None) -> tuple[Any, tuple[Any, ...]]:
+    """(step, args): a training step of ``model`` built from its transformers config (``layers``:
+    the Llama's, instead of 16 on a GPU and 2 on CPU)."""
     import torch
 
     torch.manual_seed(0)
@@ -92,7 +93,7 @@ def build(model: str, device: str) -> tuple[Any, tuple[Any, ...]]:
         from transformers import LlamaConfig, LlamaForCausalLM
 
         cfg = LlamaConfig(hidden_size=2048 if gpu else 128, intermediate_size=8192 if gpu else 256,
-                          num_hidden_layers=16 if gpu else 2, num_attention_heads=32 if gpu else 4,
+                          num_hidden_layers=layers or (16 if gpu else 2), num_attention_heads=32 if gpu else 4,
                           num_key_value_heads=8 if gpu else 2, vocab_size=32000, max_position_embeddings=2048)
         m = LlamaForCausalLM(cfg)
     elif model == "bert":
