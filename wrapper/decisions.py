@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..kernels import Versions
-from .compat.autotune import decisions_installed, matmul_precision
+from .compat.autotune import decision_device, decisions_installed, matmul_precision
 
 log = logging.getLogger("raycompile.autotune")
 
@@ -40,7 +40,8 @@ class SharedDecisions:
     def _key(self, choices: Sequence[Any], op: str, inputs: str, hint: Any) -> tuple[str, list[str]] | None:
         from ..cache.decisions import decision_key
 
-        group = self.groups[0] if "'cuda'" in inputs else self.groups[1] if "'cpu'" in inputs else None
+        device = decision_device(inputs)
+        group = self.groups[0] if device == "cuda" else self.groups[1] if device == "cpu" else None
         if group is None:  # another device, or an inputs key of a form not known here: not shared
             return None
         hashes = [str(c.hash_key()) for c in choices]

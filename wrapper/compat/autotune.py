@@ -174,6 +174,16 @@ def decisions_installed(decide: Decide) -> Iterator[None]:
         PersistentCache.lookup = stock
 
 
+def decision_device(inputs: str) -> str | None:
+    """The device type ("cuda", "cpu") of a decision's inputs, read from Inductor's inputs key
+    (``AlgorithmSelectorCache.key_of``: each input's device type, dtype, sizes, strides, offset), or
+    None for another device or a key of a form not known here."""
+    for device in ("cuda", "cpu"):
+        if f"'{device}'" in inputs:
+            return device
+    return None
+
+
 def matmul_precision() -> str:
     import torch
 
