@@ -75,8 +75,8 @@ def decisions_recorded(into: dict[str, dict[str, float]]) -> Iterator[None]:
 def farm_compared(templates: list[dict[str, Any]], configs: list[dict[str, Any]], compare: int) -> Iterator[None]:
     """While the farm tunes: the actors' raw timings of each decision, and the ``compare`` fastest
     Triton choices on the actors (every config of a kernel) timed here as well (diagnostic only)."""
-    from raycompile.wrapper import autotune as at
     from raycompile.wrapper import compat
+    from raycompile.wrapper import gpu_autotune as at
 
     pool_benchmark, tuner_benchmark = at.FarmTuningPool.benchmark, at.ConfigTuner.benchmark_all_configs
 

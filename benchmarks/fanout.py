@@ -32,7 +32,7 @@ DEFAULT_CORPUS = HERE.parent / "tests" / "fixtures" / "corpus_torch211" / "kerne
 
 
 def make_jobs(corpus: pathlib.Path, copies: int) -> list:
-    from raycompile.wrapper.jobs import triton_job
+    from raycompile.wrapper.job_keys import triton_job
     from raycompile.wrapper.kernel_sources import find_kernels
 
     jobs = []

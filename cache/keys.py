@@ -1,7 +1,7 @@
 """A kernel's identity, and the layout of what its cache entry holds. The one place either is
 defined: the farm's dedupe, the tiers, the cluster coordinator, the output module's manifest and the
 autotune winners all name a Triton kernel by the key made here, computed once when its job is made
-(``wrapper/jobs.py``), carried by the job (``kernels.jobs.TritonJob.key``) and by the compiled
+(``wrapper/job_keys.py``), carried by the job (``kernels.jobs.TritonJob.key``) and by the compiled
 kernel. A C++ kernel has a build key (its resolved command lines: what the farm, the tiers and the
 coordinator use) and, in the manifest, a source key (the commands do not exist at codegen).
 

@@ -17,6 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ..errors import SettingsError
+from ..observe.stats import Stats
 from .signing import load_secret
 from .store import Entry, FileTier, Miss, RedisTier, Tier, TierUnavailable, get_many
 
@@ -37,7 +38,7 @@ class Cache:
     """``submit(fn, *args)``: where a shared hit is copied into the local tier (an executor's
     submit, so a warm node's lookups do not wait for those writes); default: at once."""
 
-    def __init__(self, local: FileTier | None, shared: Tier | None, stats: Any,
+    def __init__(self, local: FileTier | None, shared: Tier | None, stats: Stats,
                  submit: Callable[..., Any] | None = None) -> None:
         self.local, self.shared, self.stats = local, shared, stats
         self._submit = submit
@@ -48,7 +49,7 @@ class Cache:
         self._prefetch: dict[str, Future[tuple[float, dict[str, Entry | Miss]]]] = {}
 
     @classmethod
-    def from_settings(cls, cache_dir: str, shared_url: str, max_bytes: int | None, stats: Any,
+    def from_settings(cls, cache_dir: str, shared_url: str, max_bytes: int | None, stats: Stats,
                       ray_tier: Callable[[bytes], Tier] | None = None, secret: bytes | None = None) -> Cache:
         """Build the tiers, both signed with ``secret`` (default: this user's key).
         ``shared_url``: none | file:///path | redis://host:port/db | ray://head (``ray_tier(secret)``

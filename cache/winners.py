@@ -1,6 +1,6 @@
 """Autotune winners: the fastest config of a Triton kernel, filed under the kernel's cache key.
 
-The farm's GPU actors find a winner once per cluster (``wrapper/autotune.py``); every process that
+The farm's GPU actors find a winner once per cluster (``wrapper/gpu_autotune.py``); every process that
 loads the kernel later is handed it (``wrapper/runtime.py``'s ``winners``) and benchmarks nothing.
 Entries live in the same signed tiers as kernels (local, then shared), as JSON, never pickled.
 

@@ -2,7 +2,7 @@
 
 A job carries everything a worker on another node needs (sources, command lines, target arch),
 the versions of the driver that made it, and its key: the kernel's identity (``cache/keys.py``),
-computed once when the job is made (``wrapper/jobs.py``) and used by the farm's dedupe, the cache
+computed once when the job is made (``wrapper/job_keys.py``) and used by the farm's dedupe, the cache
 tiers and the cluster coordinator alike. A result is either ``Built`` or ``Failed``.
 Failures travel as values until the one wait point (STYLE.md habit 5).
 """
@@ -10,6 +10,7 @@ Failures travel as values until the one wait point (STYLE.md habit 5).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class Built:
     node_id: str = ""
     pid: int = 0
     started: float = 0.0  # wall clock (epoch s) on the worker when the job began
+    failed: ClassVar[bool] = False
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ class Failed:
     node_id: str = ""
     pid: int = 0
     started: float = 0.0
+    failed: ClassVar[bool] = True
 
 
 Result = Built | Failed

@@ -1,8 +1,7 @@
-"""Everything that talks to Ray: the farm (jobs as tasks), its stats, progress and reports."""
+"""Everything that talks to Ray: the farm (jobs as tasks), its GPU actors, the cluster's services.
+Its counters, progress bar and reports are in the base layer (``raycompile.observe.stats``,
+``raycompile.observe.progress``, ``raycompile.observe.report``), where every layer may import them."""
 
 from .farm import Farm
-from .progress import Progress
-from .progress import wanted as progress_wanted
-from .stats import JobRecord, Stats
 
-__all__ = ["Farm", "JobRecord", "Progress", "Stats", "progress_wanted"]
+__all__ = ["Farm"]

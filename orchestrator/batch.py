@@ -1,5 +1,5 @@
 """Batch compiles of kernel sources found on disk (``raycompile compile-kernels``): the jobs are
-made, keyed and retargeted by the caller (``wrapper.jobs.triton_job``), and run here."""
+made, keyed and retargeted by the caller (``wrapper.job_keys.triton_job``), and run here."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import FarmUnavailableError
+from ..observe.stats import Stats
 
 log = logging.getLogger("raycompile.coordinator")
 
@@ -169,7 +170,7 @@ class ClusterDedupe:
     reached is skipped and counted in ``coordinator_unavailable``); ``close`` nothing.
     """
 
-    def __init__(self, actor: Any, get: Callable[[Any, float], Any], stats: Any, scope: str = "",
+    def __init__(self, actor: Any, get: Callable[[Any, float], Any], stats: Stats, scope: str = "",
                  wait_timeout_s: float = 1800.0, call_timeout_s: float = 10.0, lease_s: float = LEASE_S,
                  poll_s: float = POLL_S, failures: tuple[type[BaseException], ...] = (OSError,),
                  connected: Callable[[], bool] = lambda: True) -> None:
@@ -188,7 +189,7 @@ class ClusterDedupe:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def start(cls, settings: Any, stats: Any, scope: str) -> ClusterDedupe | None:
+    def start(cls, settings: Any, stats: Stats, scope: str) -> ClusterDedupe | None:
         """Start (or find) the cluster's coordinator actor; None, logged, if Ray refuses."""
         import ray
 

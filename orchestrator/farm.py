@@ -21,12 +21,12 @@ from typing import Any
 
 from ..errors import FarmUnavailableError, VersionMismatchError
 from ..kernels import Failed, Job, Result, Toolchain, Versions
+from ..observe.progress import Progress
+from ..observe.stats import Stats
 from ..settings import Settings
 from . import raycalls
 from .connect import connect
-from .progress import Progress
 from .remote import COMPILE_RESOURCE, _execute, _probe_versions, _warm, compile_resources
-from .stats import Stats
 
 log = logging.getLogger("raycompile.farm")
 

@@ -38,9 +38,9 @@ from typing import Any
 
 from ..errors import FarmUnavailableError, NoGPUError
 from ..kernels.benchmark import INF, BenchJob, Payload, Timing
+from ..observe.stats import Stats
 from . import raycalls
 from .gpu_worker import GPUWorker, Measure
-from .stats import Stats
 
 log = logging.getLogger("raycompile.gpu_pool")
 

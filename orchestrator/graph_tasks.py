@@ -1,5 +1,5 @@
 """Whole-graph compiles as Ray tasks (``settings.graph_compiles="cluster"``; the Inductor side is
-``wrapper/graphs.py``): each graph's pickled compile input goes to a worker, on a GPU node when the
+``wrapper/graph_compiles.py``): each graph's pickled compile input goes to a worker, on a GPU node when the
 graph is a GPU one (lowering asks the device), and its pickled output comes back as a future.
 
 At most half the cluster's CPUs hold graph tasks at once (each takes one CPU), so that the kernel
@@ -20,14 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import FarmUnavailableError
+from ..observe.stats import Stats
 from . import raycalls
 from .remote import GPU_RESOURCE
-from .stats import Stats
 
 log = logging.getLogger("raycompile.graphs")
 
 # run(payload, worker_settings) -> (pickled output, {"node_id", "pid", "seconds", "kernel_jobs"}):
-# the facade's task body (raycompile/graphs.py), run in a Ray worker
+# the facade's task body (raycompile/graph_worker.py), run in a Ray worker
 Run = Callable[[bytes, dict[str, Any]], tuple[bytes, dict[str, Any]]]
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import counters
-from .stats import Stats
+from ..observe.stats import Stats
 
 log = logging.getLogger("raycompile.metrics")
 

@@ -22,17 +22,21 @@ import os
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cache.store import Tier
 from ..cache.tiered import shared_tier
 from ..errors import FarmUnavailableError, RaycompileError
 from ..kernels.toolchain import Toolchain
+from ..observe.progress import Progress
+from ..observe.stats import Stats
 from ..settings import Settings
 from . import raycalls
 from .connect import EMBEDDED, Joined, Target, connect
-from .progress import Progress
-from .stats import Stats
+
+if TYPE_CHECKING:  # both import Ray: loaded at the start, in the background
+    from .coordinator import ClusterDedupe
+    from .farm import Farm
 
 log = logging.getLogger("raycompile.startup")
 
@@ -61,8 +65,8 @@ class Startup:
         self.shared: Future[Tier | None] = Future()
         self.shared_url = settings.shared_cache
         self.joined: Joined | None = None
-        self.farm: Any = None  # orchestrator.farm.Farm
-        self.dedupe: Any = None  # orchestrator.coordinator.ClusterDedupe
+        self.farm: Farm | None = None
+        self.dedupe: ClusterDedupe | None = None
         self.error: BaseException | None = None
         self.seconds: dict[str, float] = {}  # stage -> seconds from the start (what report() shows)
         self._ready = threading.Event()
@@ -197,7 +201,7 @@ class Startup:
         """How long a compile waits for the start: reaching Ray, then the first-contact probe."""
         return 2 * self.settings.connect_timeout_s
 
-    def wait_farm(self, timeout: float | None = None) -> Any:
+    def wait_farm(self, timeout: float | None = None) -> Farm | None:
         """The farm once the start is done (waiting at most ``timeout``, default ``wait_s``); None
         when Ray is unreachable and ``fallback`` is on (compile locally).
 
@@ -219,7 +223,7 @@ class Startup:
         farm = self.farm
         return farm if farm is not None and farm.alive else None
 
-    def compiles_here(self, farm: Any | None = None) -> bool:
+    def compiles_here(self, farm: Farm | None = None) -> bool:
         """Whether a compile runs in this node's own Inductor workers rather than on Ray
         (``compile_jobs``). Without ``farm``, answers without waiting: True only where no Ray is
         needed at all (``local``, or ``auto`` in a Ray private to this process: no other driver to

@@ -16,7 +16,7 @@ from . import raycalls
 from .connect import connect
 from .remote import GPU_RESOURCE
 
-log = logging.getLogger("raycompile.precompile")
+log = logging.getLogger("raycompile.precompile_job")
 
 
 def placement(offered: dict[str, float]) -> tuple[dict[str, Any], int]:
@@ -31,8 +31,8 @@ def run_variants(variants: Sequence[Any], settings: Settings, run_variant: Calla
                  failed: Callable[..., Any], paths: Sequence[str] = (), timeout_s: float = 3600.0) -> list[Any]:
     """Run ``run_variant(variant, paths)`` for every variant on the cluster (``connect``); results
     in the order given. A variant that dies with its worker or outlives ``timeout_s`` is
-    ``failed(name, status, seconds, error=...)`` (``raycompile.precompile.VariantResult``), not an
-    error. The variant code is the facade's (raycompile/precompile.py), passed in.
+    ``failed(name, status, seconds, error=...)`` (``raycompile.precompile_job.VariantResult``), not an
+    error. The variant code is the facade's (raycompile/precompile_job.py), passed in.
 
     Raises FarmUnavailableError when Ray cannot be reached, or fails under the run."""
     import ray

@@ -30,6 +30,7 @@ from .errors import (
     UnknownArchError,
     VersionMismatchError,
 )
+from .graph_worker import compile_graph
 from .session import Session
 from .settings import Settings
 
@@ -65,7 +66,7 @@ def enable(address: str | None = None, **settings: Any) -> Session:
         if not _atexit_registered:  # restore stock Inductor before its own atexit hooks run
             atexit.register(disable)
             _atexit_registered = True
-    return session_module.start(resolved)
+    return session_module.start(resolved, compile_graph)
 
 
 def ready(timeout: float | None = None) -> dict[str, Any]:
@@ -116,7 +117,7 @@ def stats() -> dict[str, Any]:
     session = session_module.last()
     if session is not None:
         return session.snapshot()
-    from .orchestrator import Stats
+    from .observe.stats import Stats
 
     return Stats().snapshot()
 
@@ -137,8 +138,8 @@ def report() -> str:
     session = session_module.last()
     if session is not None:
         return session.report()
-    from .orchestrator import Stats
-    from .orchestrator.report import summary
+    from .observe.report import summary
+    from .observe.stats import Stats
 
     return summary(Stats().snapshot(), [])
 

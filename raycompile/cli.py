@@ -81,12 +81,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _compile_kernels(args: argparse.Namespace) -> int:
-    from .orchestrator import Farm, Progress, progress_wanted
+    from .observe.progress import Progress
+    from .observe.progress import wanted as progress_wanted
+    from .observe.report import summary
+    from .orchestrator import Farm
     from .orchestrator.batch import compile_kernels
-    from .orchestrator.report import summary, write_trace
+    from .session import write_trace
     from .settings import Settings
     from .wrapper import compat
-    from .wrapper.jobs import triton_job
+    from .wrapper.job_keys import triton_job
     from .wrapper.kernel_sources import scan
 
     arch = compat.parse_arch(args.arch) if args.arch else None  # bad arch: exit 2 before starting Ray

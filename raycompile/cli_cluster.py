@@ -63,12 +63,12 @@ def run_precompile(args: argparse.Namespace) -> int:
         return 2
     settings = Settings.resolve(address=args.address)
     if args.script:
-        from .precompile import run_script
+        from .precompile_job import run_script
 
         script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
         return run_script(args.script, script_args, settings.address)
     from .orchestrator.variants import run_variants
-    from .precompile import VariantResult, load_entry, load_spec, run_variant, table
+    from .precompile_job import VariantResult, load_entry, load_spec, run_variant, table
 
     variants = load_spec(args.spec)
     paths = [os.getcwd(), os.path.dirname(os.path.abspath(args.spec))]

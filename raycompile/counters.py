@@ -1,5 +1,5 @@
 """Every counter of ``raycompile.stats()``, declared once: its name, the part it counts, what it
-means, whether it is seconds, and the Ray metric it feeds. ``orchestrator/stats.py`` makes its
+means, whether it is seconds, and the Ray metric it feeds. ``raycompile/observe/stats.py`` makes its
 counters from this, ``orchestrator/metrics.py`` its metrics, ``cache/usage.py`` the counters a
 cache dir keeps across sessions (every one: they add up), and ``python -m raycompile.docs`` the
 table in docs/metrics.md (a unit test fails when the page is stale).
@@ -116,8 +116,15 @@ COUNTERS: tuple[Counter, ...] = (
     Counter(
         "misses",
         "cache",
-        "lookups that found no entry in any tier",
+        "lookups that found no entry in any tier (kernels, and the output modules' and graphs' own)",
         metric=("raycompile_cache_misses_total", {}, "Cache lookups that found no entry"),
+    ),
+    Counter(
+        "kernel_misses",
+        "cache",
+        "kernels no tier had: each compiled once, by a farm job (jobs), a job already in flight (deduped), "
+        "this node's workers (jobs_local), another driver (dedupe_cluster) or stock's pool (fallbacks)",
+        metric=("raycompile_kernel_misses_total", {}, "Kernels that missed every tier and were compiled"),
     ),
     Counter(
         "corrupt",

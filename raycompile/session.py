@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .cache import Cache
@@ -25,11 +26,16 @@ from .cache.store import Miss
 from .cache.tiered import DeferredTier, check_shared_url, local_tier, shared_tier
 from .cache.usage import Usage
 from .errors import FarmUnavailableError, RaycompileError
-from .orchestrator import Progress, Stats, progress_wanted
+from .observe.progress import Progress
+from .observe.progress import wanted as progress_wanted
+from .observe.stats import JobRecord, Stats
 from .orchestrator.connect import Target, resolve
 from .orchestrator.metrics import MetricsExporter
 from .orchestrator.startup import Startup, warn_fallback
 from .settings import DEFAULT_CACHE_MAX_BYTES, Settings
+
+# a whole-graph compile task's body: (pickled graph, the worker's settings) -> (pickled output, info)
+GraphTask = Callable[[bytes, dict[str, Any]], tuple[bytes, dict[str, Any]]]
 
 log = logging.getLogger("raycompile")
 
@@ -48,9 +54,12 @@ class Session:
     FarmUnavailableError for ``address="auto"`` with no cluster on this machine and ``fallback``
     off (the only checks made before returning: local, instant)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, graph_task: GraphTask | None = None) -> None:
         check_shared_url(settings.shared_cache)  # a bad setting fails here, with nothing started
         self.settings = settings
+        # the body of a whole-graph compile task (``raycompile/graph_worker.py``, handed over by
+        # ``enable()``: that module starts the worker's own session, so this one never imports it)
+        self._graph_task = graph_task
         self.stats = Stats()
         wanted = progress_wanted(settings.progress)
         self.progress = Progress(force_terminal=settings.progress is True) if wanted else None
@@ -82,7 +91,7 @@ class Session:
         self._final_report: str | None = None
         self._torch_counted: dict[str, int] | None = None  # torch's cache counters at the first compile
         self._torch_final: dict[str, int] | None = None  # and what they added until close
-        self.autotune: Any = None  # raycompile.autotune.AutotuneSession, likewise
+        self.autotune: Any = None  # raycompile.autotune_session.AutotuneSession, likewise
         self._install_lock = threading.Lock()
         self._tuning_installed = False
         self._closed = False
@@ -91,10 +100,10 @@ class Session:
         self._gate = compat.inductor_entry_gated(self._compiling)
         self._gate.__enter__()
         self.frames: Any = None  # wrapper.frames.FrameCache: Dynamo precompile entries in the tiers
-        self.graphs: Any = None  # wrapper.graphs.GraphCompiles: whole graphs compiled by Ray tasks
+        self.graphs: Any = None  # wrapper.graph_compiles.GraphCompiles: whole graphs compiled by Ray tasks
         self._graph_tasks: Any = None
-        if settings.graph_compiles != "local" and self.startup is not None:
-            self._start_graph_tasks()
+        if settings.graph_compiles != "local" and self.startup is not None and graph_task is not None:
+            self._start_graph_tasks(graph_task)
         if settings.dynamo_cache_on:
             self._install_frames()
         if compat.inductor_loaded():  # then installing costs milliseconds: do it now, for every path in
@@ -212,7 +221,7 @@ class Session:
         with self._install_lock:
             if self._tuning_installed or self._closed:
                 return
-            from .autotune import AutotuneSession
+            from .autotune_session import AutotuneSession
 
             if self.startup is not None:
                 self.autotune = AutotuneSession.for_session(self.stats, self.cache, self.settings, self.startup,
@@ -225,13 +234,12 @@ class Session:
         if self.graphs is not None:
             self.graphs.prepare_thread()
 
-    def _start_graph_tasks(self) -> None:
+    def _start_graph_tasks(self, compile_graph: GraphTask) -> None:
         """The Ray tasks of whole-graph compiles (``orchestrator/graph_tasks.py``), made at
         ``enable()``, and their workers warmed in the background as soon as the farm is up: each
         joins its farm session, imports Inductor and starts CUDA (seconds to tens of seconds in a
         new process), while the script builds its model and Dynamo traces, not while the first
         graph waits. The workers' sessions join this cluster with this session's cache settings."""
-        from .graphs import compile_graph
         from .orchestrator.graph_tasks import GraphTasks
 
         s = self.settings
@@ -250,8 +258,8 @@ class Session:
         self.io.submit(warm)
 
     def _install_graphs(self) -> None:
-        """Whole-graph compiles as Ray tasks (``wrapper/graphs.py``), at the first compile."""
-        from .wrapper.graphs import GraphCompiles
+        """Whole-graph compiles as Ray tasks (``wrapper/graph_compiles.py``), at the first compile."""
+        from .wrapper.graph_compiles import GraphCompiles
 
         s, tasks, startup = self.settings, self._graph_tasks, self.startup
         assert tasks is not None and startup is not None
@@ -339,7 +347,7 @@ class Session:
         """The session's summary (``raycompile.report()``); after ``close``, as it was then."""
         if self._final_report is not None:
             return self._final_report
-        from .orchestrator.report import summary
+        from .observe.report import summary
 
         return summary(self.snapshot(), self.stats.job_records(), self.node_names())
 
@@ -409,8 +417,6 @@ class Session:
         self.usage.record(self.stats.snapshot())  # `raycompile cache stats` adds up every session
         self._keep_misses()
         if self.settings.trace:
-            from .orchestrator.report import write_trace
-
             write_trace(self.settings.trace, self.stats.job_records(), self.node_names())
 
     def __enter__(self) -> Session:
@@ -420,14 +426,15 @@ class Session:
         stop(self)
 
 
-def start(settings: Settings) -> Session:
-    """Close the current session, if any, and make a new one the current one."""
+def start(settings: Settings, graph_task: GraphTask | None = None) -> Session:
+    """Close the current session, if any, and make a new one the current one (``graph_task``: the
+    body of its whole-graph compile tasks, where ``graph_compiles`` sends graphs to the cluster)."""
     global _current
     with _lock:
         if _current is not None:
             _close(_current)
             _current = None  # a new session that fails to start leaves none current
-        _current = Session(settings)
+        _current = Session(settings, graph_task)
         return _current
 
 
@@ -458,3 +465,11 @@ def current() -> Session | None:
 def last() -> Session | None:
     """The current session, else the one closed last, else None."""
     return _current or _last
+
+
+def write_trace(path: str, records: list[JobRecord], node_names: Mapping[str, str] | None = None) -> None:
+    """Write the jobs' Chrome/Perfetto trace atomically (open it in chrome://tracing or ui.perfetto.dev)."""
+    from .cache.files import write_atomic
+    from .observe.report import chrome_trace
+
+    write_atomic(os.path.abspath(path), json.dumps(chrome_trace(records, node_names)).encode())

@@ -8,7 +8,7 @@ import dataclasses
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from .errors import SettingsError
 
@@ -21,66 +21,113 @@ SIZES = ("cache_max_bytes",)  # settings in the size syntax (raycompile/sizes.py
 # the cache, the jobs and the cluster; not what only a driver does (progress, traces, metrics,
 # sending graphs, compiled frames) nor where Ray is (a worker joins the cluster it runs in)
 FOR_WORKER = ("cache_dir", "shared_cache", "secret", "cache_max_bytes", "compile_jobs", "job_timeout_s", "retries",
-              "cluster_dedupe", "namespace", "connect_timeout_s", "autotune_configs")
+              "cluster_dedupe", "namespace", "connect_timeout_s", "autotune_configs", "graph_profile_dir")
+
+
+@dataclass(frozen=True)
+class Group:
+    """A concern the settings are grouped by (as Triton's ``knobs`` are): its heading, and the page
+    of docs/ that explains it."""
+
+    heading: str
+    page: str
+
+
+GROUPS = {
+    "ray": Group("Joining Ray", "clusters-and-ranks.md"),
+    "jobs": Group("Compile jobs", "clusters-and-ranks.md"),
+    "cache": Group("The cache", "cache-and-security.md"),
+    "frames": Group("Compiled frames", "compiled-frames.md"),
+    "graphs": Group("Whole graphs on the cluster", "whole-graphs.md"),
+    "autotune": Group("Autotuning", "max-autotune.md"),
+    "watch": Group("Watching it", "metrics.md"),
+}
+
+# the modes' values, checked where a setting is read (Settings.resolve) and listed in docs/settings.md
+CompileJobs = Literal["auto", "cluster", "local"]
+AutotuneConfigs = Literal["local", "actors"]
+GraphCompiles = Literal["local", "cluster", "backward"]
+
+
+def _in(group: str, default: Any, **kwargs: Any) -> Any:
+    """A field of ``group`` (a key of ``GROUPS``) with ``default``."""
+    return field(default=default, metadata={"group": group}, **kwargs)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """How the farm runs. Every field has a ``RAYCOMPILE_<FIELD>`` environment variable, except
-    ``address``, which also reads Ray's own ``RAY_ADDRESS``."""
+    """How the farm runs, grouped by concern (``GROUPS``; each field's group is in its metadata).
+    Every field has a ``RAYCOMPILE_<FIELD>`` environment variable, except ``address``, which also
+    reads Ray's own ``RAY_ADDRESS``."""
 
+    # -- joining Ray ------------------------------------------------------------------------------
     # None: RAY_ADDRESS, else the cluster started on this machine, else an embedded local Ray;
     # "auto": the same without the embedded Ray; "host:6379"; "ray://host:10001"
-    address: str | None = None
-    num_cpus: int | None = None  # CPUs of the embedded local Ray (default: all)
-    job_timeout_s: float = 600.0  # one compile job, from submit to result
-    connect_timeout_s: float = 30.0  # reaching Ray, and the first-contact version probe
-    retries: int = 3  # the farm re-runs a job whose worker or node died, this many times
-    fallback: bool = True  # compile locally (stock Inductor pools) when Ray is unreachable or dies
-    namespace: str = "raycompile"
-    cache_dir: str = "~/.cache/raycompile"  # the local tier
-    # auto: ray://head on a multi-node cluster, else none | none | ray://head | file:///path | redis://host:port/db
-    shared_cache: str = "auto"
-    # drivers of one Ray cluster missing on one key wait for one compile (through the shared tier,
-    # or with none this node's local tier)
-    cluster_dedupe: bool = True
-    # the local tier's cap (LRU eviction), a size such as 20G or 10GiB (raycompile/sizes.py); 0: none.
-    # Unset: the lasting cap of `raycompile cache set-max-size`, else DEFAULT_CACHE_MAX_BYTES
-    cache_max_bytes: int | None = None
-    head_cache_dir: str = "~/.cache/raycompile-head"  # where ray://head keeps entries, on the head node
-    progress: bool | None = None  # None: a bar only on a terminal and outside Ray jobs
-    trace: str | None = None  # write a Chrome/Perfetto trace of the jobs here at disable()
+    address: str | None = _in("ray", None)
+    num_cpus: int | None = _in("ray", None)  # CPUs of the embedded local Ray (default: all)
+    connect_timeout_s: float = _in("ray", 30.0)  # reaching Ray, and the first-contact version probe
+    namespace: str = _in("ray", "raycompile")
+    fallback: bool = _in("ray", True)  # compile locally (stock Inductor pools) when Ray is unreachable or dies
+
+    # -- compile jobs -----------------------------------------------------------------------------
     # where kernel compiles run: "auto" sends them to the Ray cluster when it has CPUs on other
     # nodes than this one, else to Inductor's own compile workers on this node (a one-node farm adds
     # no CPUs, only overhead); "cluster" always to Ray; "local" never. Cache, sharing and the
     # cluster-wide dedupe work the same in every mode.
-    compile_jobs: str = "auto"
-    autotune: bool = True  # with GPUs in the cluster: benchmark max-autotune candidates on GPU actors
-    # a Triton kernel's configs (pointwise, reductions): "local" times them on this GPU at the first
-    # run, as stock does, and caches the winner for every other node; "actors" times them on the
-    # GPU actors in parallel (only worth it for kernels with many large configs)
-    autotune_configs: str = "local"
+    compile_jobs: CompileJobs = _in("jobs", "auto")
+    job_timeout_s: float = _in("jobs", 600.0)  # one compile job, from submit to result
+    retries: int = _in("jobs", 3)  # the farm re-runs a job whose worker or node died, this many times
+    # drivers of one Ray cluster missing on one key wait for one compile (through the shared tier,
+    # or with none this node's local tier)
+    cluster_dedupe: bool = _in("jobs", True)
+
+    # -- the cache --------------------------------------------------------------------------------
+    cache_dir: str = _in("cache", "~/.cache/raycompile")  # the local tier
+    # auto: ray://head on a multi-node cluster, else none | none | ray://head | file:///path | redis://host:port/db
+    shared_cache: str = _in("cache", "auto")
+    # the local tier's cap (LRU eviction), a size such as 20G or 10GiB (raycompile/sizes.py); 0: none.
+    # Unset: the lasting cap of `raycompile cache set-max-size`, else DEFAULT_CACHE_MAX_BYTES
+    cache_max_bytes: int | None = _in("cache", None)
+    head_cache_dir: str = _in("cache", "~/.cache/raycompile-head")  # where ray://head keeps entries, on the head node
     # signs every cache entry; default: this user's key for the local tier, the Ray cluster's own
     # secret for a shared tier when this process joins a cluster (cache/signing.py)
-    secret: str | None = field(default=None, repr=False)
-    profile_gpu_workers: bool = False  # each GPU actor runs its jobs under cProfile (a diagnosis)
-    # the counters as Ray metrics (ray_raycompile_*), once Ray is up: orchestrator/metrics.py
-    metrics: bool = True
+    secret: str | None = _in("cache", None, repr=False)
+
+    # -- compiled frames --------------------------------------------------------------------------
     # Dynamo precompile entries in the tiers (wrapper/frames.py): torch.compile(model) on a warm node
     # loads the compiled frames (guards, bytecode, AOTAutograd forward and backward, output modules)
     # and skips Dynamo tracing, AOTAutograd and lowering. On by default: every guard is kept, the
     # identity guards re-created against the loading process's objects (wrapper/compat/guards.py),
     # so a compiled function notices what a stock-compiled one notices. None: on.
-    dynamo_cache: bool | None = None
+    dynamo_cache: bool | None = _in("frames", None)
+
+    # -- whole graphs on the cluster --------------------------------------------------------------
     # where a graph's whole Inductor compile (lowering, codegen, kernel builds, max-autotune's
     # timings) runs: "local" in this process, as stock; "cluster" as a Ray task on a node of the
     # cluster (a GPU node for a GPU graph), through Inductor's out-of-process compile seam
-    # (wrapper/graphs.py), the backward sent with the forward and waited for at its first call, so
+    # (wrapper/graph_compiles.py), the backward sent with the forward and waited for at its first call, so
     # the graphs of one step compile at once; "backward": only backward graphs go to the cluster
     # (compiled while the step runs forward), forward and inference graphs compile here, where
     # Dynamo waits for them anyway. Graphs that seam cannot carry stay local, counted.
-    graph_compiles: str = "local"
-    graph_timeout_s: float = 1800.0  # one graph's compile on the cluster (max-autotune's take minutes)
+    graph_compiles: GraphCompiles = _in("graphs", "local")
+    graph_timeout_s: float = _in("graphs", 1800.0)  # one graph's compile on the cluster (max-autotune's take minutes)
+    # a diagnosis: each whole-graph compile on a Ray worker runs under cProfile, one file per graph
+    # written to this directory on the worker's node
+    graph_profile_dir: str | None = _in("graphs", None)
+
+    # -- autotuning -------------------------------------------------------------------------------
+    autotune: bool = _in("autotune", True)  # with GPUs in the cluster: benchmark max-autotune candidates on GPU actors
+    # a Triton kernel's configs (pointwise, reductions): "local" times them on this GPU at the first
+    # run, as stock does, and caches the winner for every other node; "actors" times them on the
+    # GPU actors in parallel (only worth it for kernels with many large configs)
+    autotune_configs: AutotuneConfigs = _in("autotune", "local")
+    profile_gpu_workers: bool = _in("autotune", False)  # each GPU actor runs its jobs under cProfile (a diagnosis)
+
+    # -- watching it ------------------------------------------------------------------------------
+    progress: bool | None = _in("watch", None)  # None: a bar only on a terminal and outside Ray jobs
+    trace: str | None = _in("watch", None)  # write a Chrome/Perfetto trace of the jobs here at disable()
+    # the counters as Ray metrics (ray_raycompile_*), once Ray is up: orchestrator/metrics.py
+    metrics: bool = _in("watch", True)
 
     @classmethod
     def resolve(cls, **overrides: Any) -> Settings:
@@ -91,24 +138,25 @@ class Settings:
         the environment is an error, not ignored by the one command that overrides it).
         """
         fields = {f.name: f for f in dataclasses.fields(cls)}
+        types = _types()
         unknown = set(overrides) - set(fields)
         if unknown:
             raise SettingsError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(fields)}")
         environment: dict[str, Any] = {}
-        for name, f in fields.items():
+        for name in fields:
             env = os.environ.get(f"RAYCOMPILE_{name.upper()}")
             if env is None and name == "address":
                 env = os.environ.get("RAY_ADDRESS")
             if env is not None and env != "":
-                environment[name] = _parse(name, env, f.type)
+                environment[name] = _parse(name, env, types[name])
         cls(**environment)._validate()
         values: dict[str, Any] = {}
         scoped = _SCOPE.get() or {}
-        for name, f in fields.items():
+        for name in fields:
             if overrides.get(name) is not None:
-                values[name] = _check(name, overrides[name], f.type)
+                values[name] = _check(name, overrides[name], types[name])
             elif scoped.get(name) is not None:
-                values[name] = _check(name, scoped[name], f.type)
+                values[name] = _check(name, scoped[name], types[name])
             elif name in environment:
                 values[name] = environment[name]
         settings = cls(**values)
@@ -149,12 +197,10 @@ class Settings:
             raise bad("retries", "must be >= 0")
         if self.cache_max_bytes is not None and self.cache_max_bytes < 0:
             raise bad("cache_max_bytes", "must be >= 0")
-        if self.compile_jobs not in ("auto", "cluster", "local"):
-            raise bad("compile_jobs", "must be 'auto', 'cluster' or 'local'")
-        if self.autotune_configs not in ("local", "actors"):
-            raise bad("autotune_configs", "must be 'local' or 'actors'")
-        if self.graph_compiles not in ("local", "cluster", "backward"):
-            raise bad("graph_compiles", "must be 'local', 'cluster' or 'backward'")
+        for name, typ in _types().items():
+            choices = _choices(typ)
+            if choices and getattr(self, name) not in choices:
+                raise bad(name, "must be " + ", ".join(repr(c) for c in choices[:-1]) + f" or {choices[-1]!r}")
 
     @property
     def dynamo_cache_on(self) -> bool:
@@ -167,23 +213,48 @@ class Settings:
         return self.secret.encode() if self.secret else None
 
 
+def _types() -> dict[str, Any]:
+    """Each field's type, evaluated (not the annotation's text)."""
+    return get_type_hints(Settings)
+
+
+def _choices(typ: Any) -> tuple[Any, ...]:
+    """The values a ``Literal`` mode takes (None's left out), else ()."""
+    return get_args(typ) if get_origin(typ) is Literal else ()
+
+
+def _kinds(typ: Any) -> set[type]:
+    """The Python types a field's value may have, None's left out: ``int | None`` -> {int}; a
+    ``Literal`` of strings -> {str}."""
+    if get_origin(typ) is Literal:
+        return {type(c) for c in get_args(typ)}
+    args = get_args(typ)
+    if args:
+        return {k for a in args for k in _kinds(a)} - {type(None)}
+    return {typ} if isinstance(typ, type) else set()
+
+
+def _name(typ: Any) -> str:
+    return " | ".join(sorted(k.__name__ for k in _kinds(typ)))
+
+
 def _check(name: str, value: Any, typ: Any) -> Any:
     """An argument's value, parsed if it is text for a number or flag; SettingsError if it is of
     another type than the field's."""
-    kind = str(typ)
-    if isinstance(value, str) and not kind.startswith("str"):
+    kinds = _kinds(typ)
+    if isinstance(value, str) and str not in kinds:
         return _parse(name, value, typ)
-    ok = (isinstance(value, bool) if "bool" in kind
-          else isinstance(value, int) and not isinstance(value, bool) if kind.startswith("int")
-          else isinstance(value, (int, float)) and not isinstance(value, bool) if "float" in kind
+    ok = (isinstance(value, bool) if bool in kinds
+          else isinstance(value, int) and not isinstance(value, bool) if int in kinds
+          else isinstance(value, (int, float)) and not isinstance(value, bool) if float in kinds
           else isinstance(value, str))
     if not ok:
-        raise SettingsError(f"{name}={value!r}: expected {kind.replace(' | None', '')}")
-    return float(value) if "float" in kind else value
+        raise SettingsError(f"{name}={value!r}: expected {_name(typ)}")
+    return float(value) if float in kinds else value
 
 
 def _parse(name: str, text: str, typ: Any) -> Any:
-    kind = str(typ)
+    kinds = _kinds(typ)
     if name in SIZES:
         from .sizes import parse_size
 
@@ -192,17 +263,17 @@ def _parse(name: str, text: str, typ: Any) -> Any:
         except SettingsError as e:
             raise SettingsError(f"{name} (or RAYCOMPILE_{name.upper()}): {e}") from None
     try:
-        if "bool" in kind:
+        if bool in kinds:
             if text.lower() in ("1", "true", "yes", "on"):
                 return True
             if text.lower() in ("0", "false", "no", "off"):
                 return False
             raise ValueError(text)
-        if "int" in kind:
+        if int in kinds:
             return int(text)
-        if "float" in kind:
+        if float in kinds:
             return float(text)
     except ValueError:
         raise SettingsError(f"{name} (or RAYCOMPILE_{name.upper()})={text!r} is not a valid "
-                            f"{kind.replace(' | None', '')}") from None
+                            f"{_name(typ)}") from None
     return text

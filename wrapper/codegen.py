@@ -19,7 +19,7 @@ from typing import Any
 
 from ..cache.keys import OUTPUT_MODULE_TAG as CACHE_KEY_TAG
 from . import compat
-from .jobs import cpp_source_key, triton_key
+from .job_keys import cpp_source_key, triton_key
 from .runtime import winner_for
 
 log = logging.getLogger("raycompile.codegen")
@@ -38,7 +38,7 @@ def definition_key(kernel_name: str, body: str) -> str | None:
     """The cache key of the kernel that ``body`` (``async_compile.KIND(...)``) defines; None for a
     body that is not a Triton or C++ kernel definition.
 
-    Triton: the key of the job ``AsyncCompile.triton`` sends (``wrapper/jobs.py``, one function
+    Triton: the key of the job ``AsyncCompile.triton`` sends (``wrapper/job_keys.py``, one function
     for both), which the Router checks against it. C++: a key of the source, argument types,
     compiler and target CPU (``cache.keys.cpp_source_key``; the build's own entry is keyed by its
     resolved command lines, which exist only once Inductor writes the source out)."""

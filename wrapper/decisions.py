@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..kernels import Versions
+from ..observe.stats import Stats
 from .compat.autotune import decision_device, decisions_installed, matmul_precision
 
 log = logging.getLogger("raycompile.autotune")
@@ -32,7 +33,7 @@ class SharedDecisions:
     the store), ``autotune_decisions_timed`` (timed here and filed), ``autotune_decisions_adopted``
     (timed here, another's taken)."""
 
-    def __init__(self, store: Any, stats: Any, groups: tuple[str | None, str]) -> None:
+    def __init__(self, store: Any, stats: Stats, groups: tuple[str | None, str]) -> None:
         self.store, self.stats, self.groups = store, stats, groups
         self._versions = repr(Versions.here())
         self._mine: set[str] = set()  # decisions this process timed: met again, they are not another's

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..cache.inflight import OWNER, Claims, FlightClaim
+from ..observe.stats import Stats
 from . import compat
 
 log = logging.getLogger("raycompile.frames")
@@ -81,7 +82,7 @@ class Flights:
     at most ``wait`` for Dynamo's lock; whether it did (``FrameCache``, which knows how an entry
     is made)."""
 
-    def __init__(self, inflight: Claims, stats: Any, wait_s: float,
+    def __init__(self, inflight: Claims, stats: Stats, wait_s: float,
                  publish: Callable[[str, FlightClaim, float], bool]) -> None:
         self.inflight, self.stats, self.wait_s, self._publish = inflight, stats, wait_s, publish
         self._waiting: weakref.WeakKeyDictionary[Any, _Wait] = weakref.WeakKeyDictionary()

@@ -50,6 +50,7 @@ from .._version import __version__
 from ..cache import Cache, Entry, keys
 from ..cache.inflight import Claims
 from ..cache.keys import FRAMES_GENERATIONS, frames_generation, frames_key
+from ..observe.stats import Stats
 from . import compat
 from .flights import Flights
 
@@ -82,7 +83,7 @@ class FrameCache:
     entry is installed (the session installs its Inductor hooks there, so the output modules'
     kernels come from the farm's cache); ``output_tag``: the output modules' cache-key tag."""
 
-    def __init__(self, cache: Cache, stats: Any, before_load: Callable[[], None], output_tag: str,
+    def __init__(self, cache: Cache, stats: Stats, before_load: Callable[[], None], output_tag: str,
                  publish_delay_s: float = PUBLISH_DELAY_S, on_miss: Callable[[], None] | None = None,
                  inflight: Claims | None = None, flight_wait_s: float = 1800.0) -> None:
         self.cache, self.stats, self.before_load = cache, stats, before_load

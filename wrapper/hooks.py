@@ -21,13 +21,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
 from ..cache import Cache, keys, publish
 from ..errors import CompileError
 from ..kernels import Failed, Job, Result, TritonJob, Versions, run_job
+from ..observe.stats import Stats
 from . import compat, runtime
-from .jobs import cpp_job_for, local_paths, to_entry, triton_job_for
+from .job_keys import cpp_job_for, local_paths, to_entry, triton_job_for
 from .module_cache import ModuleFlights, make_backend
 
 log = logging.getLogger("raycompile.hooks")
@@ -36,12 +37,61 @@ log = logging.getLogger("raycompile.hooks")
 COORDESC_THREADS = min(8, os.cpu_count() or 1)
 
 
+# What the Router talks to. The orchestrator provides them (wrapper/ and orchestrator/ never
+# import each other: the session, which imports both, hands them over).
+
+class FarmClient(Protocol):
+    """Runs jobs on Ray's workers: ``orchestrator.farm.Farm``."""
+
+    alive: bool
+
+    def submit(self, job: Job) -> Future[Result]: ...
+
+
+class Dedupe(Protocol):
+    """One compile of a key among the cluster's drivers: ``orchestrator.coordinator.ClusterDedupe``.
+    ``run`` calls ``compile`` where this driver compiles the key (its future resolves once the entry
+    is in the cache), else ``reuse`` once another driver's entry is there."""
+
+    def run(self, key: str, compile: Callable[[], Future[Any]], reuse: Callable[[], bool]) -> None: ...
+
+
+class FarmSource(Protocol):
+    """Where the Router gets the farm: ``orchestrator.startup.Startup`` (Ray started in the background
+    at the first miss), or ``ReadyFarm`` for a farm that is up."""
+
+    @property
+    def farm(self) -> FarmClient | None: ...  # the farm once the start is done (never waits)
+
+    @property
+    def dedupe(self) -> Dedupe | None: ...
+
+    def wait_farm(self) -> FarmClient | None: ...  # waits (bounded) for the start; None: compile locally
+
+    def compiles_here(self, farm: FarmClient | None) -> bool: ...  # this node's Inductor workers, not Ray
+
+
+class ReadyFarm:
+    """A ``FarmSource`` for a farm already up (tests, a batch compile): jobs go to it while it is alive."""
+
+    def __init__(self, farm: FarmClient, dedupe: Dedupe | None = None) -> None:
+        self.farm: FarmClient | None = farm
+        self.dedupe = dedupe
+
+    def wait_farm(self) -> FarmClient | None:
+        return self.farm if self.farm is not None and self.farm.alive else None
+
+    def compiles_here(self, farm: FarmClient | None) -> bool:
+        return False
+
+
 class Router:
     """Sends jobs to the cache, then the farm (or the stock pools), and turns results into what
     Inductor expects.
 
-    ``farm`` is the session's ``orchestrator.startup.Startup`` (its ``wait_farm()`` waits for Ray to be
-    up, and says whether to compile locally), or a ``Farm`` itself. Nothing here blocks Inductor's
+    ``source`` is the session's ``orchestrator.startup.Startup`` (its ``wait_farm()`` waits for Ray to
+    be up, and says whether to compile locally), or a ``ReadyFarm``; None: no farm (every miss
+    compiles with stock Inductor, counted as a fallback). Nothing here blocks Inductor's
     thread on I/O: each request returns a future at once, and its cache lookup, the wait for the
     farm, unpacking a result and writing it to the tiers run on a small pool of threads, so the
     kernels of one output module are looked up at once and a slow shared tier delays no other
@@ -49,14 +99,12 @@ class Router:
 
     IO_THREADS = 8
 
-    def __init__(self, farm: Any | None, stats: Any, stock_process_pool: Callable[[], Any],
+    def __init__(self, source: FarmSource | None, stats: Stats, stock_process_pool: Callable[[], Any],
                  stock_submit: Callable[[Callable[[], Any]], Any], cache: Cache | None = None,
-                 dedupe: Any | None = None, io: concurrent.futures.Executor | None = None,
-                 job_timeout_s: float = 600.0) -> None:
-        self._source = farm
+                 io: concurrent.futures.Executor | None = None, job_timeout_s: float = 600.0) -> None:
+        self._source = source
         self.job_timeout_s = job_timeout_s
         self.cache = cache
-        self.dedupe = dedupe  # cluster-wide: orchestrator.coordinator.ClusterDedupe, or None
         self.stats = stats
         self.versions = Versions.here()
         self._stock_process_pool = stock_process_pool
@@ -74,20 +122,17 @@ class Router:
         self.on_triton_job: Callable[[], None] | None = None
 
     @property
-    def farm(self) -> Any | None:
+    def farm(self) -> FarmClient | None:
         """The farm if it is up now (never waits)."""
-        source = self._source
-        if source is None or not hasattr(source, "wait_farm"):
-            return source
-        return source.farm if source.farm is not None and source.farm.alive else None
+        farm = self._source.farm if self._source is not None else None
+        return farm if farm is not None and farm.alive else None
 
-    def _wait_farm(self) -> tuple[Any | None, Any | None]:
+    def _wait_farm(self) -> tuple[FarmClient | None, Dedupe | None]:
         """(farm, cluster dedupe) once the session's Ray side is up; (None, None): compile locally.
         Raises what the start raised where falling back is not allowed."""
-        source = self._source
-        if source is None or not hasattr(source, "wait_farm"):
-            return (source if source is not None and source.alive else None), self.dedupe
-        return source.wait_farm(), source.dedupe
+        if self._source is None:
+            return None, None
+        return self._source.wait_farm(), self._source.dedupe
 
     # Inductor's process pool interface ---------------------------------------------------------
 
@@ -191,6 +236,7 @@ class Router:
             if key and self._reuse(key, job, out):
                 return
             if key:
+                self.stats.add(kernel_misses=1)
                 self.stats.missed(job.label, key)
             if self._compiles_here(None):  # no Ray needed: not even waited for
                 self._compile_here(job, out, local, key)
@@ -221,9 +267,8 @@ class Router:
             if not out.done():
                 out.set_exception(e)
 
-    def _compiles_here(self, farm: Any | None) -> bool:
-        source = self._source
-        return hasattr(source, "compiles_here") and source.compiles_here(farm)
+    def _compiles_here(self, farm: FarmClient | None) -> bool:
+        return self._source is not None and self._source.compiles_here(farm)
 
     def _compile_here(self, job: Job, out: Future[Any], local: Callable[[], Any], key: str) -> None:
         """Run the farm's job in this node's own Inductor workers (Triton: its process pool; C++:
@@ -312,7 +357,7 @@ class Router:
         if isinstance(job, TritonJob):
             kernel = pickle.loads(payload or b"")
             compat.set_autotuner_device(kernel, compat.device_index(job.source))  # an entry made by another rank
-            compat.set_kernel_key(kernel, job.key)  # its winner is filed under this key (wrapper/autotune.py)
+            compat.set_kernel_key(kernel, job.key)  # its winner is filed under this key (wrapper/gpu_autotune.py)
             return kernel, int(seconds * 1e6)
         return None
 

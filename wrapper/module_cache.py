@@ -18,6 +18,7 @@ from typing import Any
 from ..cache import Cache, Entry
 from ..cache.inflight import OWNER, Claim, InFlight
 from ..cache.keys import module_key
+from ..observe.stats import Stats
 from . import compat
 
 log = logging.getLogger("raycompile.frames")
@@ -35,7 +36,7 @@ class ModuleFlights:
     bypassed, a failed compile). Waiting processes whose owner ended without an entry, or died,
     compile the graph themselves, counted."""
 
-    def __init__(self, claims: InFlight, cache: Cache, stats: Any, wait_s: float) -> None:
+    def __init__(self, claims: InFlight, cache: Cache, stats: Stats, wait_s: float) -> None:
         self.claims, self.cache, self.stats, self.wait_s = claims, cache, stats, wait_s
         self._owned: dict[str, Claim] = {}
         self._lock = threading.Lock()

@@ -9,7 +9,8 @@ import pathlib
 
 from raycompile.cache import Cache, Entry, Miss
 from raycompile.cache.tiered import local_tier
-from raycompile.orchestrator import Farm, Stats
+from raycompile.observe.stats import Stats
+from raycompile.orchestrator import Farm
 from raycompile.orchestrator.cache_service import RayHeadTier
 from raycompile.settings import Settings
 from raycompile.wrapper import compat

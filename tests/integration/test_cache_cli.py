@@ -13,7 +13,7 @@ import pytest
 
 from raycompile.cache import Entry, FileTier
 from raycompile.cache.usage import Usage
-from raycompile.orchestrator.stats import Stats
+from raycompile.observe.stats import Stats
 
 ACTIONS = ("stats", "zero-stats", "verify", "prune", "set-max-size", "clear", "export", "import")
 

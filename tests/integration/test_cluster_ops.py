@@ -23,7 +23,7 @@ from raycompile.orchestrator import Farm
 from raycompile.orchestrator.remote import COMPILE_RESOURCE
 from raycompile.settings import Settings
 from raycompile.wrapper import compat
-from raycompile.wrapper.jobs import triton_job
+from raycompile.wrapper.job_keys import triton_job
 from raycompile.wrapper.kernel_sources import find_kernels
 
 HERE = pathlib.Path(__file__).parent

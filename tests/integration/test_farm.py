@@ -19,7 +19,7 @@ from raycompile.models import examples
 from raycompile.orchestrator import Farm
 from raycompile.settings import Settings
 from raycompile.wrapper import compat
-from raycompile.wrapper.jobs import triton_job
+from raycompile.wrapper.job_keys import triton_job
 from raycompile.wrapper.kernel_sources import read_kernel
 
 

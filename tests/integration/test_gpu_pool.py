@@ -26,7 +26,7 @@ import raycompile
 from raycompile.cache import Cache, Entry
 from raycompile.kernels import Versions
 from raycompile.kernels.benchmark import INF, BenchJob, Payload
-from raycompile.orchestrator import Stats
+from raycompile.observe.stats import Stats
 from raycompile.orchestrator.gpu_pool import GPUPool
 from raycompile.settings import Settings
 
@@ -88,7 +88,7 @@ class TestPool:
     def test_each_candidate_is_in_the_report_and_on_its_gpu_workers_track(self, pool: GPUPool) -> None:
         """What the operator sees: every candidate a slice on the trace track of the actor that
         timed it, and the summary's autotune lines; the compile-job lines leave benchmarks out."""
-        from raycompile.orchestrator.report import chrome_trace, summary
+        from raycompile.observe.report import chrome_trace, summary
 
         before = len(pool.stats.job_records())
         t0 = time.time()
@@ -191,7 +191,7 @@ def test_max_autotune_decisions_are_timed_in_the_background(cluster: Any, tmp_pa
     from torch._inductor import autotune_process
     from torch._inductor import select_algorithm as sa
 
-    from raycompile.autotune import AutotuneSession
+    from raycompile.autotune_session import AutotuneSession
 
     # Inductor skips threaded precompiles on Python <= 3.11.8 (cpython#106905), as on CI's 3.11.7
     py312 = types.SimpleNamespace(major=3, minor=12, micro=0)
@@ -243,9 +243,9 @@ def test_max_autotune_choices_go_to_the_gpu_actors(cluster: Any, tmp_path: pathl
     choices) reaches the GPU actors while the hooks are installed; stock is restored after."""
     from torch._inductor import autotune_process, config
 
-    from raycompile.autotune import AutotuneSession
-    from raycompile.wrapper.autotune import template_payload
-    from raycompile.wrapper.jobs import triton_key as triton_source_key
+    from raycompile.autotune_session import AutotuneSession
+    from raycompile.wrapper.gpu_autotune import template_payload
+    from raycompile.wrapper.job_keys import triton_key as triton_source_key
 
     stock_pool, stock_subproc = autotune_process.get_tuning_process_pool, config.autotune_in_subproc
     stats = Stats()
@@ -292,10 +292,10 @@ def test_config_winner_is_cached_and_stitched(cluster: Any, tmp_path: pathlib.Pa
     second run benchmarks nothing."""
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-    from raycompile.autotune import AutotuneSession
+    from raycompile.autotune_session import AutotuneSession
     from raycompile.cache.winners import WinnerStore
     from raycompile.wrapper import compat, runtime
-    from raycompile.wrapper.jobs import triton_key as triton_source_key
+    from raycompile.wrapper.job_keys import triton_key as triton_source_key
 
     kernel, name = load_kernel("def triton_poi_fused__to_copy__unsafe_view_add_bmm_cat_cos_mul")  # 6 configs
     kernel.launchers = [Launcher(c) for c in kernel.configs]
@@ -327,7 +327,7 @@ def test_config_winner_is_cached_and_stitched(cluster: Any, tmp_path: pathlib.Pa
 
 
 def test_indirect_indexing_falls_back_to_local_autotune(cluster: Any, tmp_path: pathlib.Path) -> None:
-    from raycompile.autotune import AutotuneSession
+    from raycompile.autotune_session import AutotuneSession
 
     kernel, _ = load_kernel("index out of bounds")
     kernel.launchers = [Launcher(c) for c in kernel.configs] * (2 if len(kernel.configs) == 1 else 1)
@@ -363,7 +363,7 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 def test_raycompile_autotune_a_user_kernel(cluster: Any) -> None:
     """``raycompile.autotune``: the kernel (and the jit function it calls) rebuilt from its bundle
     on the actors, configs timed over the GPUs of model A, a crashing config marked failed."""
-    from raycompile.autotune import AutotuneSession
+    from raycompile.autotune_session import AutotuneSession
 
     raycompile.enable(address="auto", autotune=False, shared_cache="none")
     try:
@@ -396,10 +396,10 @@ def test_gpu_actors_start_in_the_background_at_the_first_triton_compile(cluster:
     from torch._inductor.codecache import _load_triton_kernel_from_source
     from torch._inductor.runtime.compile_tasks import _worker_compile_triton
 
-    from raycompile.autotune import AutotuneSession
+    from raycompile.autotune_session import AutotuneSession
     from raycompile.orchestrator import Farm
     from raycompile.wrapper import compat
-    from raycompile.wrapper.hooks import Router
+    from raycompile.wrapper.hooks import ReadyFarm, Router
 
     stats = Stats()
     cache = Cache.from_settings(str(tmp_path / "cache"), "none", 2**30, stats)
@@ -407,7 +407,7 @@ def test_gpu_actors_start_in_the_background_at_the_first_triton_compile(cluster:
     try:
         assert not session.pool.started
         with Farm(Settings.resolve(), toolchain=compat.TOOLCHAIN) as farm:
-            router = Router(farm, stats, *compat.stock_pools(), cache)
+            router = Router(ReadyFarm(farm), stats, *compat.stock_pools(), cache)
             router.on_triton_job = session.prestart
             path = next(p for p in sorted(CORPUS.glob("*.py")) if "@triton.jit" in p.read_text())
             source = path.read_text()

@@ -1,4 +1,4 @@
-"""Whole-graph compiles on the cluster (``graph_compiles="cluster"``, wrapper/graphs.py) on a real
+"""Whole-graph compiles on the cluster (``graph_compiles="cluster"``, wrapper/graph_compiles.py) on a real
 local Ray (one 2-CPU node): a training step with three graph breaks (four forward graphs, four
 backward graphs) compiled by Ray tasks, each with its own farm session in a Ray worker, checked
 against stock Inductor compiled in this process with the same settings:

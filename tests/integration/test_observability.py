@@ -84,7 +84,8 @@ raycompile.enable(compile_jobs="local", dynamo_cache=False)
 f = torch.compile(lambda x: (x.sin() * 2).sum(-1))
 f(torch.randn(8, 16))
 raycompile.disable()
-print("STATS " + json.dumps({k: v for k, v in raycompile.stats().items() if k.startswith(("torch_", "jobs"))}))
+KEYS = ("torch_", "jobs", "kernel_misses", "misses", "deduped", "dedupe_cluster", "fallbacks")
+print("STATS " + json.dumps({k: v for k, v in raycompile.stats().items() if k.startswith(KEYS)}))
 print(raycompile.report())
 """
 
@@ -108,3 +109,9 @@ def test_a_warm_process_on_the_node_that_compiled_says_what_served_it(tmp_path: 
     assert warm["jobs"] == warm["jobs_local"] == 0, warm
     line = next(line for line in report.splitlines() if "served by" in line)
     assert f"AOTAutograd/FX-graph caches {warm['torch_autograd_hits']}/" in line and "lowered here 0" in line, line
+    # the kernels that missed every tier reconcile with where they were compiled (``misses`` also
+    # counts the output modules' and graphs' own lookups, so it is larger)
+    compiled = sum(cold[k] for k in ("jobs", "deduped", "jobs_local", "dedupe_cluster", "fallbacks"))
+    assert cold["kernel_misses"] == compiled >= 1 and cold["misses"] > cold["kernel_misses"], cold
+    assert f"kernels no tier had {cold['kernel_misses']}: farm jobs 0" in runs[0][1], runs[0][1]
+    assert warm["kernel_misses"] == 0 and "kernels no tier had" not in report, warm

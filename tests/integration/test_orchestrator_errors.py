@@ -22,7 +22,8 @@ from raycompile.cache.store import Miss, TierUnavailable
 from raycompile.errors import FarmUnavailableError
 from raycompile.kernels import Built, CppJob, CppStep, Failed, Versions
 from raycompile.kernels.benchmark import BenchJob, Payload
-from raycompile.orchestrator import Farm, Stats
+from raycompile.observe.stats import Stats
+from raycompile.orchestrator import Farm
 from raycompile.orchestrator.cache_service import RayHeadTier
 from raycompile.orchestrator.coordinator import ClusterDedupe
 from raycompile.orchestrator.gpu_pool import GPUPool

@@ -279,7 +279,7 @@ def test_a_node_with_another_triton_is_refused_naming_both(cluster: Any, tmp_pat
 
 
 def _hammer(root: str, shared: str, key: str, seed: int) -> None:
-    from raycompile.orchestrator import Stats
+    from raycompile.observe.stats import Stats
 
     cache = Cache.from_settings(os.path.join(root, f"local{seed}"), shared, 1 << 30, Stats(), secret=SECRET.encode())
     for _ in range(20):
@@ -304,7 +304,7 @@ def test_eight_processes_hammering_one_key_leave_one_valid_entry(tier: str, tmp_
         entries = list((tmp_path / "shared" / "entries").glob("*/*"))
         assert [e.name for e in entries] == [key]  # one entry, no temp or trash left behind
         assert assert_intact(tmp_path / "shared") == 1
-    from raycompile.orchestrator import Stats
+    from raycompile.observe.stats import Stats
 
     stats = Stats()
     got = Cache.from_settings(str(tmp_path / "reader"), shared, 1 << 30, stats, secret=SECRET.encode()).get(key)

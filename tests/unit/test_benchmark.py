@@ -29,7 +29,7 @@ from raycompile.kernels.benchmark import (
     load_user_kernel,
     make_args,
 )
-from raycompile.orchestrator import Stats
+from raycompile.observe.stats import Stats
 from raycompile.wrapper.compat import TOOLCHAIN, bundle_user_kernel, retarget_device
 
 CORPUS = pathlib.Path(__file__).parents[1] / "fixtures" / "corpus_torch211" / "kernels"
@@ -170,7 +170,7 @@ def test_the_apparent_fastest_is_timed_here_until_the_fastest_was() -> None:
     """An actor that times one candidate too fast (another process, another GPU) does not decide:
     the apparent fastest is timed here, then the next apparent fastest, until the fastest was timed
     here; past the budget the rest are scaled by the here/actor ratio seen."""
-    from raycompile.wrapper.autotune import confirm_fastest
+    from raycompile.wrapper.gpu_autotune import confirm_fastest
 
     actor = {"a": 1.0, "b": 2.0, "c": 2.2, "d": INF}
     here = {"a": 3.0, "b": 2.5, "c": 2.4, "d": 9.9}  # "a" only looked fast on its actor
@@ -195,7 +195,7 @@ def test_the_apparent_fastest_is_timed_here_until_the_fastest_was() -> None:
 def test_candidates_the_actors_cannot_tell_apart_are_all_timed_here() -> None:
     """Within ``near`` of the actors' fastest their ranking is noise: "c" looked third on its actor
     but is the fastest here, and is found although the apparent fastest was confirmed at once."""
-    from raycompile.wrapper.autotune import confirm_fastest
+    from raycompile.wrapper.gpu_autotune import confirm_fastest
 
     actor = {"a": 1.00, "b": 1.05, "c": 1.08, "d": 1.50}
     here = {"a": 1.02, "b": 1.06, "c": 0.95, "d": 1.40}
@@ -211,7 +211,7 @@ def test_max_autotune_choices_are_ranked_on_actors_and_the_fastest_confirmed_her
     """FarmTuningPool: the actors time every Triton choice; the ones that look fastest are timed
     again in the driver (where Inductor times the ATen choices they compete with), so an actor's
     bias cannot make a Triton choice win that stock Inductor would not pick."""
-    from raycompile.wrapper.autotune import FarmTuningPool
+    from raycompile.wrapper.gpu_autotune import FarmTuningPool
 
     choices = triton_mm_choices(tmp_path, [(s, 4) for s in range(1, 5)])
     on_actors = [0.010, 0.011, 0.030, INF]  # choice 1 looks fastest on its actor
@@ -255,7 +255,7 @@ def test_a_fusion_benchmark_kernel_is_sent_under_the_name_its_module_binds() -> 
     from torch._inductor.codecache import _load_triton_kernel_from_source
 
     from raycompile.wrapper.compat import autotuner_source, compile_only_driver
-    from raycompile.wrapper.jobs import triton_key as triton_source_key
+    from raycompile.wrapper.job_keys import triton_key as triton_source_key
 
     def as_benchmark_module(source: str, name: str) -> tuple[str, str]:
         return (source.replace(f"def {name}(", "def triton_(")
@@ -281,8 +281,8 @@ class _Launcher:  # stands in for a launcher: loading a cubin needs a GPU this m
 def test_kernel_configs_ranked_on_actors_and_the_fastest_confirmed_with_the_real_arguments() -> None:
     from raycompile.cache.winners import WinnerStore
     from raycompile.wrapper import compat
-    from raycompile.wrapper.autotune import ConfigTuner
-    from raycompile.wrapper.jobs import triton_key as triton_source_key
+    from raycompile.wrapper.gpu_autotune import ConfigTuner
+    from raycompile.wrapper.job_keys import triton_key as triton_source_key
 
     kernel, name, _ = _corpus_kernel("def triton_poi_fused__to_copy__unsafe_view_add_bmm_cat_cos_mul")
     kernel.launchers = [_Launcher(c) for c in kernel.configs]
@@ -317,8 +317,8 @@ def test_by_default_configs_are_timed_here_as_stock_does_and_the_winner_is_filed
     later process that loads the kernel answers from it and times nothing."""
     from raycompile.cache.winners import WinnerStore
     from raycompile.wrapper import compat
-    from raycompile.wrapper.autotune import ConfigTuner
-    from raycompile.wrapper.jobs import triton_key as triton_source_key
+    from raycompile.wrapper.gpu_autotune import ConfigTuner
+    from raycompile.wrapper.job_keys import triton_key as triton_source_key
 
     kernel, name, _ = _corpus_kernel("def triton_poi_fused__to_copy__unsafe_view_add_bmm_cat_cos_mul")
     kernel.launchers = [_Launcher(c) for c in kernel.configs]

@@ -11,7 +11,7 @@ import pytest
 
 from raycompile.cache import Cache, Entry
 from raycompile.cache.tiered import DeferredTier, local_tier
-from raycompile.orchestrator import Stats
+from raycompile.observe.stats import Stats
 
 SECRET = b"p" * 32
 

@@ -45,7 +45,7 @@ def test_a_modules_kernels_are_looked_up_in_one_round_trip(redis_url: str, tmp_p
 
     from raycompile.cache import Cache
     from raycompile.cache.tiered import local_tier
-    from raycompile.orchestrator import Stats
+    from raycompile.observe.stats import Stats
 
     client = redis.Redis.from_url(redis_url)
     shared = RedisTier(redis_url, SECRET)

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from raycompile.cache.usage import COUNTERS, Usage
-from raycompile.orchestrator.stats import Stats
+from raycompile.observe.stats import Stats
 
 
 def test_every_counter_of_a_session_is_kept() -> None:

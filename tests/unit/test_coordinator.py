@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from waiting import wait_until
 
-from raycompile.orchestrator import Stats
+from raycompile.observe.stats import Stats
 from raycompile.orchestrator.coordinator import ClusterDedupe, Coordinator
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from raycompile import counters
 from raycompile.cache import usage
+from raycompile.observe.stats import Stats
 from raycompile.orchestrator import metrics
-from raycompile.orchestrator.stats import Stats
 
 
 def test_stats_counts_what_the_registry_declares() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from raycompile.kernels import CppStep
 from raycompile.wrapper import compat
-from raycompile.wrapper.jobs import _cpp_label
+from raycompile.wrapper.job_keys import _cpp_label
 
 MODULE = """
 class _AsyncCompile:

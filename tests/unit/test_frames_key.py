@@ -17,7 +17,7 @@ import torch
 
 from raycompile.cache.keys import OUTPUT_MODULE_TAG as CACHE_KEY_TAG
 from raycompile.cache.keys import frames_key
-from raycompile.orchestrator import Stats
+from raycompile.observe.stats import Stats
 from raycompile.wrapper import compat
 from raycompile.wrapper.frames import FrameCache
 

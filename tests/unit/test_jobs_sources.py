@@ -9,7 +9,7 @@ import pytest
 from raycompile.errors import KernelSourceError, UnknownArchError
 from raycompile.kernels import CppJob, CppStep, Failed, Versions, run_job
 from raycompile.wrapper.compat import TOOLCHAIN, parse_arch, retarget, target_of
-from raycompile.wrapper.jobs import triton_job
+from raycompile.wrapper.job_keys import triton_job
 from raycompile.wrapper.kernel_sources import find_kernels, read_kernel, scan
 
 V = Versions(torch="2.13.0", triton="3.9.0")

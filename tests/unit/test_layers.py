@@ -1,11 +1,15 @@
 """The layer order the README states, checked on the installed package's import graph:
 
-    base (errors, settings, sizes, counters, _version) <- cache <- kernels <- {wrapper, orchestrator} <- facade
+    base (errors, settings, sizes, counters, _version, observe/: stats, progress, report)
+        <- cache <- kernels <- {wrapper, orchestrator} <- facade
 
 A module may import its own component and the layers below it; ``wrapper`` and ``orchestrator``
 never import each other; only ``orchestrator`` imports Ray; only the Inductor adapter
 (``wrapper/compat``) reaches ``torch._*`` or a Triton internal. Every import counts, including
-the ones inside functions."""
+the ones inside functions and under ``TYPE_CHECKING``. A class counts as a use of each class it
+subclasses: its bases must come from a layer it may import, and a base reached as an attribute
+(``class X(torch._dynamo.Foo)``, ``class X(orchestrator.Farm)`` after ``from .. import
+orchestrator``) is checked as an import of that name."""
 
 from __future__ import annotations
 
@@ -17,7 +21,9 @@ from dataclasses import dataclass
 import pytest
 
 PACKAGE = "raycompile"
-BASE = {"raycompile.errors", "raycompile.settings", "raycompile.sizes", "raycompile._version", "raycompile.counters"}
+BASE = {"raycompile.errors", "raycompile.settings", "raycompile.sizes", "raycompile._version", "raycompile.counters",
+        # the counters, the progress bar and the reports: every layer may count and report
+        "raycompile.observe", "raycompile.observe.stats", "raycompile.observe.progress", "raycompile.observe.report"}
 COMPONENTS = {"raycompile.cache": 1, "raycompile.kernels": 2, "raycompile.wrapper": 3, "raycompile.orchestrator": 3}
 ADAPTER = "raycompile.wrapper.compat"
 FACADE_LAYER = 4
@@ -75,6 +81,38 @@ def _imports(name: str, path: str) -> list[Import]:
     return found
 
 
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for an attribute chain on a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
+
+
+def _subclassed(name: str, path: str, imports: list[Import]) -> list[Import]:
+    """Each class's bases, as the absolute names they resolve to through the module's imports
+    (``class X(compat.Foo)`` after ``from . import compat`` -> ``raycompile.wrapper.compat.Foo``)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    bound = {imp.target.rsplit(".", 1)[-1]: imp.target for imp in imports if "." in imp.target}
+    bound.update({imp.target.split(".")[0]: imp.target.split(".")[0] for imp in imports if "." not in imp.target})
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for base in node.bases:
+            dotted = _dotted(base)
+            if dotted is None:
+                continue
+            head, _, rest = dotted.partition(".")
+            if head in bound and (rest or bound[head] != head):
+                out.append(Import(name, f"{bound[head]}.{rest}" if rest else bound[head], node.lineno))
+    return out
+
+
 def _private_attributes(name: str, path: str) -> list[Import]:
     """``torch._x`` reached as an attribute (``torch._dynamo.reset()``), not imported."""
     with open(path) as f:
@@ -107,7 +145,8 @@ def violations(modules: dict[str, str]) -> list[str]:
     for name, path in sorted(modules.items()):
         component, layer = _component(name)
         in_adapter = name == ADAPTER or name.startswith(ADAPTER + ".")
-        for imp in _imports(name, path) + _private_attributes(name, path):
+        imports = _imports(name, path)
+        for imp in imports + _private_attributes(name, path) + _subclassed(name, path, imports):
             where = f"{name}:{imp.line} imports {imp.target}"
             top = imp.target.split(".")[0]
             if top == "ray" and component != "raycompile.orchestrator":
@@ -140,13 +179,14 @@ def test_the_package_keeps_its_layer_order() -> None:
 
 @pytest.mark.parametrize(("module", "source", "why"), [
     ("raycompile.kernels.x", "from ..wrapper import compat\n", "kernels (layer 2) may not import raycompile.wrapper"),
-    ("raycompile.wrapper.x", "from ..orchestrator.progress import wanted\n", "may not import raycompile.orchestrator"),
-    ("raycompile.orchestrator.x", "def f():\n    from ..precompile import run_variant\n", "may not import facade"),
+    ("raycompile.wrapper.x", "from ..orchestrator.farm import Farm\n", "may not import raycompile.orchestrator"),
+    ("raycompile.orchestrator.x", "def f():\n    from ..precompile_job import run_variant\n", "may not import facade"),
     ("raycompile.cache.x", "import raycompile\n", "may not import facade"),
     ("raycompile.wrapper.x", "import ray\n", "only orchestrator/ talks to Ray"),
     ("raycompile.wrapper.x", "import torch._inductor.config\n", "only behind wrapper/compat"),
     ("raycompile.kernels.x", "from triton.runtime.jit import JITFunction\n", "only behind wrapper/compat"),
     ("raycompile.x", "import torch\ntorch._dynamo.reset()\n", "only behind wrapper/compat"),
+    ("raycompile.observe.stats", "from ..cache import Cache\n", "base (layer 0) may not import raycompile.cache"),
 ])
 def test_a_violation_is_named(tmp_path, module: str, source: str, why: str) -> None:
     """Each rule fails on a module that breaks it (the checker is not vacuous)."""
@@ -155,6 +195,31 @@ def test_a_violation_is_named(tmp_path, module: str, source: str, why: str) -> N
     modules = {**_modules(), module: str(path)}
     found = [v for v in violations(modules) if v.startswith(module + ":")]
     assert len(found) == 1 and why in found[0], found
+
+
+def test_a_subclass_of_a_higher_layer_is_named(tmp_path) -> None:
+    """Subclassing counts: a class whose base is reached through a module of a higher layer is a
+    violation at the class as well as at the import (here the import alone is in a TYPE_CHECKING
+    block, which counts too)."""
+    path = tmp_path / "x.py"
+    path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    pass\n"
+                    "from .. import orchestrator\n\n\nclass MyFarm(orchestrator.Farm):\n    pass\n")
+    found = [v for v in violations({**_modules(), "raycompile.wrapper.x": str(path)})
+             if v.startswith("raycompile.wrapper.x:")]
+    assert len(found) == 2, found
+    assert any(":7 imports raycompile.orchestrator.Farm" in v for v in found), found
+    path.write_text("from ..kernels import jobs\n\n\nclass MyJob(jobs.TritonJob):\n    pass\n")
+    assert not [v for v in violations({**_modules(), "raycompile.wrapper.x": str(path)})
+                if v.startswith("raycompile.wrapper.x:")]
+
+
+def test_the_stats_progress_and_report_sit_below_every_component() -> None:
+    """Where every layer may import them: the cache and the wrapper type their counters as ``Stats``."""
+    modules = _modules()
+    for name in ("raycompile.observe.stats", "raycompile.observe.progress", "raycompile.observe.report"):
+        assert name in modules and _component(name) == ("base", 0), name
+    assert not {n for n in modules if n.startswith("raycompile.orchestrator.") and
+                n.rsplit(".", 1)[-1] in ("stats", "progress", "report")}
 
 
 def test_the_adapter_may_reach_inductor_and_public_triton_is_fine(tmp_path) -> None:

@@ -17,7 +17,7 @@ from torch._dynamo.convert_frame import compile_lock
 from raycompile.cache import Cache, Entry
 from raycompile.cache.inflight import InFlight
 from raycompile.cache.tiered import local_tier
-from raycompile.orchestrator import Stats
+from raycompile.observe.stats import Stats
 from raycompile.wrapper.module_cache import ModuleFlights
 
 SECRET = b"m" * 32

@@ -147,7 +147,7 @@ def test_a_long_wait_shows_a_bar_only_where_progress_is_wanted(setting: str,
     import threading
     from concurrent.futures import Future
 
-    from raycompile.orchestrator import progress_wanted
+    from raycompile.observe.progress import wanted as progress_wanted
 
     value = None if setting == "unbound" else setting == "1"
     unbind = (runtime.bind(runtime.Binding(None, value, lambda: progress_wanted(value)))

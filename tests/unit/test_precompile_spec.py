@@ -13,7 +13,7 @@ import pytest
 from raycompile.errors import SpecError
 from raycompile.orchestrator.remote import COMPILE_RESOURCE, GPU_RESOURCE, compile_resources
 from raycompile.orchestrator.variants import placement
-from raycompile.precompile import InputSpec, VariantResult, load_entry, load_spec, make_inputs, parse_spec, table
+from raycompile.precompile_job import InputSpec, VariantResult, load_entry, load_spec, make_inputs, parse_spec, table
 from raycompile.spec import json_schema, schema_text
 
 EXAMPLES = pathlib.Path(__file__).parents[2] / "examples"

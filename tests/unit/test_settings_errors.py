@@ -14,7 +14,7 @@ import pytest
 
 import raycompile
 from raycompile import errors
-from raycompile.precompile import load_entry, run_script
+from raycompile.precompile_job import load_entry, run_script
 from raycompile.settings import Settings
 from raycompile.spec import load_spec
 from raycompile.wrapper.compat import parse_arch
@@ -233,3 +233,37 @@ def test_every_error_class_has_a_case() -> None:
     # the ones raised for bad input are also ValueErrors, as a caller validating input expects
     assert {c for c in classes if issubclass(c, ValueError)} == {
         errors.SettingsError, errors.UnknownArchError, errors.SpecError}
+
+
+def test_every_setting_is_in_one_declared_group_and_each_mode_names_its_values() -> None:
+    """Settings are grouped by concern where they are declared (``GROUPS``, each field's metadata);
+    a mode is a ``Literal``, and a value outside it is refused with the values it takes, from an
+    argument and from the environment alike."""
+    import dataclasses
+    import typing
+
+    from raycompile import settings as settings_module
+
+    for f in dataclasses.fields(Settings):
+        assert f.metadata.get("group") in settings_module.GROUPS, f.name
+    types = typing.get_type_hints(Settings)
+    modes = {name for name, t in types.items() if typing.get_origin(t) is typing.Literal}
+    assert modes == {"compile_jobs", "autotune_configs", "graph_compiles"}
+    for name in sorted(modes):
+        values = typing.get_args(types[name])
+        for value in values:
+            assert getattr(Settings.resolve(**{name: value}), name) == value
+        with pytest.raises(errors.SettingsError, match=f"{name}.*must be .*{values[-1]!r}"):
+            Settings.resolve(**{name: "nope"})
+    with Settings.scope(), pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAYCOMPILE_GRAPH_COMPILES", "everywhere")
+        with pytest.raises(errors.SettingsError, match="RAYCOMPILE_GRAPH_COMPILES"):
+            Settings.resolve()
+
+
+def test_a_workers_session_takes_the_graph_profile_dir_from_the_drivers() -> None:
+    """The one diagnosis variable that was read outside ``Settings`` is a setting a worker's session
+    takes (``for_worker``), so a whole-graph task profiles where the driver said."""
+    worker = Settings.resolve(graph_profile_dir="/tmp/profiles", graph_compiles="cluster").for_worker()
+    assert worker["graph_profile_dir"] == "/tmp/profiles"
+    assert Settings.resolve(**worker).graph_profile_dir == "/tmp/profiles"

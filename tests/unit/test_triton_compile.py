@@ -10,7 +10,7 @@ import pytest
 
 from raycompile.kernels import Built, Failed, Versions, run_job
 from raycompile.wrapper.compat import TOOLCHAIN, retarget
-from raycompile.wrapper.jobs import triton_job
+from raycompile.wrapper.job_keys import triton_job
 from raycompile.wrapper.kernel_sources import read_kernel
 
 pytest.importorskip("triton")

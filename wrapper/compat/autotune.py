@@ -1,7 +1,7 @@
 """Seam family "autotune": max-autotune's tuning pool and precompile, a kernel's config
 benchmark, Inductor's benchmarker, and the touch points a GPU actor uses to time a candidate made
 on another node. Each seam that replaces an Inductor entry point is a context manager that
-restores it exactly on exit; what the farm does behind them is in ``wrapper/autotune.py``.
+restores it exactly on exit; what the farm does behind them is in ``wrapper/gpu_autotune.py``.
 Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ max-autotune's timings) run somewhere else, through Inductor's out-of-process co
 portable config pickled as a ``_WireProtocolPickledInput``; the ``OutputCode`` back as a
 ``_WireProtocolPickledOutput``, loaded here). torch sends it to one local subprocess
 (``TORCHINDUCTOR_FX_COMPILE_MODE=SUBPROCESS``); ``graphs_routed`` sends it wherever ``Route.send``
-says (raycompile: a Ray task, ``wrapper/graphs.py``) by replacing
+says (raycompile: a Ray task, ``wrapper/graph_compiles.py``) by replacing
 ``compile_fx.fx_codegen_and_compile``, which ``_compile_fx_inner`` calls after its FX-graph cache
 lookup missed, so a cache hit never leaves the process.
 
@@ -82,7 +82,7 @@ _HARMLESS = ("compile_threads", "worker_start_method", "trace.", "cuda.cutlass_d
 
 
 class Route(Protocol):
-    """Where graphs go (``wrapper/graphs.py``)."""
+    """Where graphs go (``wrapper/graph_compiles.py``)."""
 
     wait_s: float
     forward: bool  # False: only backward graphs go; the others are compiled here (``kept``)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -40,6 +38,7 @@ def summary(stats: Mapping[str, Any], records: list[JobRecord], node_names: Mapp
         for r in slow:
             lines.append(f"    {r.seconds:>7.2f} s  {r.outcome:<10} {r.label[:90]}")
     lines.extend(served_lines(stats))
+    lines.extend(kernel_lines(stats))
     lines.extend(ray_lines(stats))
     lines.extend(autotune_lines(stats))
     lines.extend(frames_lines(stats))
@@ -62,6 +61,17 @@ def served_lines(stats: Mapping[str, Any]) -> list[str]:
             f"(its own dir first, then raycompile's tiers), lowered here {lowered}; hits in raycompile's "
             f"tiers {stats.get('local_hits', 0) + stats.get('shared_hits', 0)}; kernels compiled by jobs "
             f"{stats.get('jobs', 0) + stats.get('jobs_local', 0)}"]
+
+
+def kernel_lines(stats: Mapping[str, Any]) -> list[str]:
+    """Where the kernels that missed every tier were compiled: the parts add up to the misses (a job
+    that failed in Ray and was then compiled by stock's pool counts in both), [] without misses."""
+    missed = stats.get("kernel_misses", 0)
+    if not missed:
+        return []
+    parts = (("farm jobs", "jobs"), ("joined a job in flight", "deduped"), ("this node's workers", "jobs_local"),
+             ("another driver's compile", "dedupe_cluster"), ("stock's pool", "fallbacks"))
+    return [f"  kernels no tier had {missed}: " + ", ".join(f"{label} {stats.get(name, 0)}" for label, name in parts)]
 
 
 def ray_lines(stats: Mapping[str, Any]) -> list[str]:
@@ -173,10 +183,3 @@ def chrome_trace(records: list[JobRecord], node_names: Mapping[str, str] | None 
             "args": {"outcome": r.outcome, "node": r.node_id, "worker": r.pid},
         })
     return {"traceEvents": events, "displayTimeUnit": "ms"}
-
-
-def write_trace(path: str, records: list[JobRecord], node_names: Mapping[str, str] | None = None) -> None:
-    """Write the trace atomically (open it in chrome://tracing or ui.perfetto.dev)."""
-    from ..cache import write_atomic
-
-    write_atomic(os.path.abspath(path), json.dumps(chrome_trace(records, node_names)).encode())

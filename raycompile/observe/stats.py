@@ -6,12 +6,25 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .. import counters
-from ..kernels import Failed, Result
 
 MISSES_KEPT = 2000  # misses kept per session for raycompile.explain()
+
+
+class Outcome(Protocol):
+    """What the counters read of a finished job (``kernels.Built`` or ``kernels.Failed``: this module
+    sits below them, where every layer may import it)."""
+
+    label: str
+    seconds: float
+    node_id: str
+    pid: int
+    started: float
+
+    @property
+    def failed(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -65,13 +78,14 @@ class Stats:
             for name, value in values.items():
                 setattr(self, name, value)
 
-    def ran(self, result: Result) -> None:
+    def ran(self, result: Outcome) -> None:
         """Count a finished job."""
-        failed = isinstance(result, Failed)
-        outcome = ("failed" if result.kind == "compile" else result.kind) if failed else "compiled"
+        failed = result.failed
+        kind = str(getattr(result, "kind", "compile"))
+        outcome = ("failed" if kind == "compile" else kind) if failed else "compiled"
         with self._lock:
             self.compile_seconds += result.seconds
-            self.failures += int(failed and result.kind != "infrastructure")
+            self.failures += int(failed and kind != "infrastructure")
             if result.node_id:
                 self.nodes[result.node_id] += 1
             if result.pid:

@@ -53,6 +53,7 @@ from ..cache import keys
 from ..errors import RaycompileError
 from ..kernels import Versions
 from ..kernels.benchmark import BenchJob, Payload, describe_args, has_indirect_indexing
+from ..observe.stats import Stats
 from . import compat
 from .compat.autotune import (
     Hold,
@@ -67,7 +68,7 @@ from .compat.autotune import (
     template_request,
     tuning_pool_installed,
 )
-from .jobs import triton_key
+from .job_keys import triton_key
 
 log = logging.getLogger("raycompile.autotune")
 
@@ -180,7 +181,7 @@ class FarmTuningPool:
     Triton template choice on the GPU actors; any other choice (CUTLASS) goes to the stock pool.
     A choice that failed or crashed its GPU is ``inf``, as in ``TuningProcessPool.target``."""
 
-    def __init__(self, run: Runner, cache: Any, stock: Callable[[], Any], stats: Any = None,
+    def __init__(self, run: Runner, cache: Any, stock: Callable[[], Any], stats: Stats | None = None,
                  here: Callable[[Any], float] | None = None, verify: int = VERIFY,
                  background: Runner | None = None, wait_s: float = PREFETCH_WAIT_S,
                  warn: Callable[[Exception], None] | None = None) -> None:
@@ -301,7 +302,7 @@ class ConfigTuner:
     fastest here) costs more than stock's few milliseconds of timing here (on an H200, a
     GPT-2-style step's first call took 7 s longer with "actors")."""
 
-    def __init__(self, run: Runner, cache: Any, winners: Any, stats: Any,
+    def __init__(self, run: Runner, cache: Any, winners: Any, stats: Stats,
                  here: Callable[[Any, Any, Sequence[Any], dict[str, Any]], float] | None = None,
                  verify: int = VERIFY, mode: str = "local", warn: Callable[[Exception], None] | None = None) -> None:
         self._run, self._cache, self._winners, self._stats = run, cache, winners, stats
@@ -388,7 +389,7 @@ class AutotuneHooks:
     """Installs both seams for one GPU group and registers the winner store with the output
     module's runtime; ``uninstall`` restores stock Inductor exactly."""
 
-    def __init__(self, run: Runner, cache: Any, winners: Any, stats: Any, verify: int | None = None,
+    def __init__(self, run: Runner, cache: Any, winners: Any, stats: Stats, verify: int | None = None,
                  background: Runner | None = None, hold: Hold | None = None, configs: str = "local",
                  registry: Any = None) -> None:
         # the fastest candidates are timed again here where this process has a GPU to time them on

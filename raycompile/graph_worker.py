@@ -6,11 +6,15 @@ compile of the pickled graph (``compat.compile_graph_here``)."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
 import time
 from typing import Any
+
+from . import session as session_module
+from .settings import Settings
 
 log = logging.getLogger("raycompile.graphs")
 _lock = threading.Lock()
@@ -21,25 +25,24 @@ _fresh: Any = None  # this worker's empty Inductor cache dirs (compat.fresh_cach
 def _joined(settings: dict[str, Any]) -> Any:
     """This worker's farm session with ``settings`` (a new one when they changed)."""
     global _settings
-    import raycompile
-    from raycompile import session as session_module
-
     from .wrapper import compat
 
     with _lock:
         current = session_module.current()
         if current is None or _settings != settings:
             if current is not None:
-                raycompile.disable()
+                session_module.stop()
             # a graph task never sends graphs on (no recursion), never loads compiled frames, and
             # times max-autotune's candidates itself: the GPU actors belong to the driver's session
             # kernel compiles as Ray jobs, one pool for every graph task of the node (Inductor's own
             # pool would be one per worker process, each as wide as the machine)
             jobs = "cluster" if settings.get("compile_jobs") == "auto" else settings.get("compile_jobs")
-            raycompile.enable(**{**settings, "graph_compiles": "local", "dynamo_cache": False, "autotune": False,
-                                 "progress": False, "metrics": False, "compile_jobs": jobs})
+            current = session_module.start(Settings.resolve(**{
+                **settings, "graph_compiles": "local", "dynamo_cache": False, "autotune": False, "progress": False,
+                "metrics": False, "compile_jobs": jobs}))
+            if _settings is None:  # stock Inductor again before its own atexit hooks run, as enable() does
+                atexit.register(session_module.stop)
             _settings = dict(settings)
-            current = session_module.current()
             # Inductor's on-disk caches empty for this worker (once: its checks of the CPU's
             # vector ISA and the like are kept), as for a precompile variant: a kernel built
             # before this session would load from them and never reach the farm's cache, where
@@ -58,9 +61,9 @@ def compile_graph(payload: bytes, settings: dict[str, Any]) -> tuple[bytes, dict
     ran}). An error of the compile itself is raised (the driver compiles the graph itself then).
     An empty payload only readies this worker (its session, Inductor's imports, CUDA): the
     driver warms its graph workers while Dynamo traces the first graph.
-    ``RAYCOMPILE_GRAPH_PROFILE_DIR`` in the workers' environment: each graph's compile runs under
-    cProfile, written there (a diagnosis of where a worker's time goes)."""
-    where = os.environ.get("RAYCOMPILE_GRAPH_PROFILE_DIR")
+    ``graph_profile_dir`` among the driver's settings: each graph's compile runs under cProfile,
+    written there on the worker's node (a diagnosis of where a worker's time goes)."""
+    where = settings.get("graph_profile_dir")
     if where and payload:  # a diagnosis: each graph's compile under cProfile, one file per graph
         import cProfile
 

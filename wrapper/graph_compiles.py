@@ -1,7 +1,7 @@
 """Whole-graph compiles on the cluster (``settings.graph_compiles="cluster"``): each graph Inductor
 compiles after its FX-graph cache missed is pickled (Inductor's out-of-process compile seam,
 ``compat.graphs_routed``) and compiled by a Ray task (``orchestrator/graph_tasks.py``, the task body
-``raycompile/graphs.py``) with a farm session of its own, so its kernels come from and go to the
+``raycompile/graph_worker.py``) with a farm session of its own, so its kernels come from and go to the
 shared cache. A forward or inference graph is waited for at once (Dynamo runs it next); a backward
 graph is sent with its forward and waited for at its first call, so the backward graphs of a step
 compile while the forward runs and its later graphs are traced. ``graph_compiles="backward"`` sends
@@ -22,8 +22,8 @@ import concurrent.futures
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
 
+from ..observe.stats import Stats
 from . import compat
 
 log = logging.getLogger("raycompile.graphs")
@@ -34,7 +34,7 @@ Send = Callable[[bytes, str], "concurrent.futures.Future[bytes]"]
 class GraphRoute:
     """Where ``compat.graphs_routed`` sends graphs, and what it counts."""
 
-    def __init__(self, stats: Any, send: Send, wait_s: float, forward: bool = True) -> None:
+    def __init__(self, stats: Stats, send: Send, wait_s: float, forward: bool = True) -> None:
         self.stats = stats
         self._send = send
         self.wait_s = wait_s
@@ -67,7 +67,7 @@ class GraphCompiles:
     """Installs the route (``install``, on the compiling thread, where Inductor is imported);
     ``prepare_thread()`` on every compiling thread; ``close()`` restores stock Inductor."""
 
-    def __init__(self, stats: Any, send: Send, wait_s: float, forward: bool = True) -> None:
+    def __init__(self, stats: Stats, send: Send, wait_s: float, forward: bool = True) -> None:
         self.route = GraphRoute(stats, send, wait_s, forward)
         self._stack = contextlib.ExitStack()
         self._prepare: Callable[[], None] | None = None

@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Any
 
-from ..kernels import Failed, Result
+from .stats import Outcome
 
 
 def wanted(setting: bool | None) -> bool:
@@ -56,12 +56,12 @@ class Progress:
             self.total += 1
             self._bar.update(self._task, total=self.total)
 
-    def finished(self, result: Result) -> None:
+    def finished(self, result: Outcome) -> None:
         with self._lock:
             if self._bar is None:
                 return
             self.done += 1
-            self.failed += int(isinstance(result, Failed))
+            self.failed += int(result.failed)
             self._bar.update(self._task, completed=self.done, failed=self.failed)
             if self.done >= self.total:
                 self._stop()
