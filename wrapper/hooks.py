@@ -27,7 +27,7 @@ from ..cache import Cache, keys, publish
 from ..errors import CompileError
 from ..kernels import Failed, Job, Result, TritonJob, Versions, run_job
 from ..observe.stats import Stats
-from . import compat, runtime
+from . import compat
 from .job_keys import cpp_job_for, local_paths, to_entry, triton_job_for
 from .module_cache import ModuleFlights, make_backend
 
@@ -137,6 +137,11 @@ class Router:
     # Inductor's process pool interface ---------------------------------------------------------
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        return self.submit_keyed(None, fn, *args)
+
+    def submit_keyed(self, expected: str | None, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """``submit``, with the key the output module names the kernel by (``FarmCompile.triton``):
+        the key computed here for the job is checked against it."""
         job = triton_job_for(fn, args, self.versions)
         if job is None:
             if compat.is_readiness_probe(fn):
@@ -146,7 +151,6 @@ class Router:
                 ready.set_result(fn(*args))
                 return ready
             return self._stock_process_pool().submit(fn, *args)  # not a compile: stock pool
-        expected = runtime.expected_key()  # the key the output module names this kernel by
         if expected is not None and expected != job.key:
             self._key_mismatch(job, expected)
         if self.on_triton_job is not None:

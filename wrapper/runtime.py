@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import CompileError
 from . import compat
@@ -109,13 +109,22 @@ def winner_for(key: str) -> Winner | None:
     return binding.winners.winner_for(key) if binding is not None else None
 
 
-# The key the output module names the kernel being submitted by (``FarmCompile.triton``, on
-# Inductor's thread): the Router checks the key it computes for the job against it.
-_expected = threading.local()
+@runtime_checkable
+class KeyedPool(Protocol):
+    """A compile pool that takes the key the output module names a kernel by with the compile (the
+    Router, while the farm is on), so it can check the key it computes against it."""
+
+    def submit_keyed(self, key: str, fn: Callable[..., Any], *args: Any) -> Any: ...
 
 
-def expected_key() -> str | None:
-    return getattr(_expected, "key", None)
+class _Keyed:
+    """The pool ``FarmCompile.triton`` hands Inductor for one kernel: its submit carries the key."""
+
+    def __init__(self, pool: KeyedPool, key: str) -> None:
+        self.pool, self.key = pool, key
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self.pool.submit_keyed(self.key, fn, *args)
 
 
 class FarmCompile(compat.async_compile_class()):  # type: ignore[misc]
@@ -133,13 +142,19 @@ class FarmCompile(compat.async_compile_class()):  # type: ignore[misc]
             binding.prefetch(list(keys))
 
     def triton(self, kernel_name: str, source_code: str, device_str: str = "cuda", key: str | None = None) -> Any:
-        if key:
-            self.keys[kernel_name] = key
-        _expected.key = key
+        if not key:
+            return super().triton(kernel_name, source_code, device_str)
+        self.keys[kernel_name] = key
+        pool = type(self).process_pool()  # Inductor's pool: the Router while the farm is on
+        if not isinstance(pool, KeyedPool):
+            return super().triton(kernel_name, source_code, device_str)
+        # Inductor's AsyncCompile.triton submits through self.process_pool() and has no parameter
+        # for the key: for this one call, this object's pool is one whose submit passes it on
+        self.process_pool = lambda: _Keyed(pool, key)  # type: ignore[method-assign]
         try:
             return super().triton(kernel_name, source_code, device_str)
         finally:
-            _expected.key = None
+            del self.process_pool
 
     def cpp_pybinding(self, argtypes: list[str], source_code: str, key: str | None = None) -> Any:
         return super().cpp_pybinding(argtypes, source_code)
