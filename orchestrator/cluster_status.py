@@ -132,6 +132,7 @@ def _actor_call(name: str, namespace: str, method: str, timeout: float) -> Any:
 
 def _cache(settings: Settings, alive_nodes: int) -> dict[str, Any]:
     from ..cache.store import FileTier
+    from ..cache.tiered import shared_tier
 
     root = os.path.abspath(os.path.expanduser(settings.cache_dir))
     entries = FileTier(root, b"", "local").entries() if os.path.isdir(root) else []
@@ -140,10 +141,11 @@ def _cache(settings: Settings, alive_nodes: int) -> dict[str, Any]:
     if url == "auto":
         url = "ray://head" if alive_nodes > 1 else "none"
     shared: dict[str, Any] = {"url": url}
-    if url.startswith("file://"):
-        path = url.removeprefix("file://")
+    tier = shared_tier(url, b"") if url.startswith("file://") else None  # counted, never verified
+    if isinstance(tier, FileTier):
+        path = tier.root
         if os.path.isdir(path):
-            entries = FileTier(path, b"", "shared").entries()
+            entries = tier.entries()
             shared.update(entries=len(entries), bytes=sum(s for _, s, _ in entries))
         else:  # not an empty tier: a typo, or a file system not mounted here
             shared["error"] = (f"{path} does not exist on this machine (sessions create it at their first write; "

@@ -21,6 +21,7 @@ from typing import Any
 
 from .cache.signing import load_secret
 from .cache.store import FileTier, verify_entry
+from .cache.tiered import shared_tier
 from .cache.usage import Usage
 from .errors import SettingsError
 from .settings import DEFAULT_CACHE_MAX_BYTES, Settings
@@ -128,14 +129,16 @@ def _tier(args: argparse.Namespace, signed: bool = True) -> FileTier:
         raise SettingsError(f"--shared {shared!r}: only a file:///path tier can be acted on here")
     secret = (Settings.resolve().secret_bytes or load_secret()) if signed else b""
     if shared:
-        path = shared.removeprefix("file://")
+        tier = shared_tier(shared, secret)  # where a URL becomes a tier (cache/tiered.py)
+        assert isinstance(tier, FileTier)
+        path = tier.root
         if not os.path.isdir(path):
             raise SettingsError(f"--shared {shared!r}: {path} is no directory (a typo, or a shared file system not "
                                 f"mounted here?); for a new, empty tier create it first: mkdir -p {path}")
         if not os.access(path, os.R_OK | os.X_OK):
             raise SettingsError(f"--shared {shared!r}: this user cannot read {path}; run as a user who can, or "
                                 "fix its permissions")
-        return FileTier(path, secret, "shared")
+        return tier
     return FileTier(root, secret, "local")
 
 
@@ -327,7 +330,6 @@ def _explained_tier(args: argparse.Namespace) -> Any:
     if not shared.startswith(("redis://", "rediss://")):
         return _tier(args)
     from .cache.store import TierUnavailable
-    from .cache.tiered import shared_tier
 
     tier = shared_tier(shared, b"")  # read only: manifests are read, nothing is verified or unpickled
     try:
