@@ -197,6 +197,12 @@ class Startup:
     # -- what the session asks -----------------------------------------------------------------
 
     @property
+    def joins(self) -> bool:
+        """Whether this session joins a cluster others can join (else its Ray would be a new
+        embedded one, private to this process)."""
+        return self._target is not None and self._target.joins
+
+    @property
     def wait_s(self) -> float:
         """How long a compile waits for the start: reaching Ray, then the first-contact probe."""
         return 2 * self.settings.connect_timeout_s

@@ -117,7 +117,11 @@ class Session:
         from .cache.keys import OUTPUT_MODULE_TAG
         from .wrapper.frames import FrameCache
 
-        on_miss = self.startup.begin if self.startup is not None else None
+        def on_miss(options: dict[str, Any]) -> None:  # a function will be traced and compiled
+            config = options.get("compiler_config") or {}
+            if self._ray_needed(bool(config.get("max_autotune") or config.get("max_autotune_gemm"))):
+                self.startup.begin()  # type: ignore[union-attr]
+
         # single flight among the processes sharing the shared tier (file:// or Redis: every node of
         # the job), else among those sharing this node's cache dir (a node's ranks)
         inflight = Claims(InFlight(os.path.join(self.cache_root, "flights"), self.cache.local),
@@ -197,11 +201,32 @@ class Session:
 
     # -- the Inductor side, at the first compile ------------------------------------------------
 
+    def _ray_needed(self, max_autotune: bool) -> bool:
+        """Whether a cold compile will need Ray (so its start is begun now, to overlap the trace):
+        joining a cluster (its nodes' CPUs, its other drivers, its tiers), ``compile_jobs="cluster"``
+        or whole graphs on the cluster; in a Ray that would be new and private to this process, only
+        GPU actors' timings (max-autotune, or ``autotune_configs="actors"``, with a GPU here). Else
+        its kernels compile in this node's Inductor workers and an embedded Ray would only take CPU
+        and the GIL from the compile: it is begun later only if something asks for it."""
+        s = self.settings
+        if self.startup is None:
+            return False
+        if self.startup.joins or s.compile_jobs == "cluster" or s.graph_compiles != "local":
+            return True
+        if not (s.autotune and (max_autotune or s.autotune_configs == "actors")):
+            return False
+        import torch
+
+        return torch.cuda.is_available()
+
     def _compiling(self) -> None:
-        """A graph compile starts (Inductor's backend was called: a cold compile): Ray is begun, to
-        be up by the first kernel that misses the cache, and the hooks installed."""
-        if self.startup is not None:
-            self.startup.begin()
+        """A graph compile starts (Inductor's backend was called: a cold compile): Ray is begun
+        where the compile will need it (``_ray_needed``), to be up by the first kernel that misses
+        the cache, and the hooks installed."""
+        from .wrapper import compat
+
+        if self._ray_needed(compat.max_autotune_on()):
+            self.startup.begin()  # type: ignore[union-attr]
         self.install()
         if self.hooks is not None:
             self.hooks.router.start_compiling()

@@ -79,18 +79,18 @@ class _Known:
 
 class FrameCache:
     """``cache``: the session's tiers; ``stats``: its counters; ``on_miss``: told of a function
-    nothing loads for (it will be traced and compiled); ``before_load``: called before an
+    nothing loads for (it will be traced and compiled), with its compile options; ``before_load``: called before an
     entry is installed (the session installs its Inductor hooks there, so the output modules'
     kernels come from the farm's cache); ``output_tag``: the output modules' cache-key tag."""
 
     def __init__(self, cache: Cache, stats: Stats, before_load: Callable[[], None], output_tag: str,
-                 publish_delay_s: float = PUBLISH_DELAY_S, on_miss: Callable[[], None] | None = None,
+                 publish_delay_s: float = PUBLISH_DELAY_S, on_miss: Callable[[dict[str, Any]], None] | None = None,
                  inflight: Claims | None = None, flight_wait_s: float = 1800.0) -> None:
         self.cache, self.stats, self.before_load = cache, stats, before_load
         # single flight among the job's processes (wrapper/flights.py), where the node has a cache dir
         self.flights = Flights(inflight, stats, flight_wait_s, self._publish_in_flight) if inflight else None
         self._route = threading.local()  # .claim: where write() puts an entry in flight instead of a generation
-        self.on_miss = on_miss  # a function with nothing to load is traced and compiled: Ray is begun
+        self.on_miss = on_miss  # a function with nothing to load is traced and compiled (with these options)
         self.output_tag = output_tag
         self.publish_delay_s = publish_delay_s
         self._known: dict[str, _Known] = {}  # torch's source id -> ours
@@ -200,7 +200,7 @@ class FrameCache:
         if self.flights is not None and not self.flights.claim(base, sid, label, package, lambda: self._newest(known)):
             return None  # another process of this node compiles it: its frames are served as they come
         if self.on_miss is not None:
-            self.on_miss()
+            self.on_miss(options)
         return None
 
     def _newest(self, known: _Known) -> Any | None:

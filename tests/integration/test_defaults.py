@@ -274,7 +274,8 @@ def test_by_default_one_machine_compiles_in_inductors_own_workers_and_caches_it(
     """compile_jobs="auto" with an embedded Ray (no other node, no other driver): the farm's jobs
     run in Inductor's own compile pools without waiting for Ray at all (Ray is held back here and
     never comes up), bitwise stock's output; the entries are cached, so a second session on this
-    machine compiles nothing."""
+    machine compiles nothing. Nothing of such a compile needs Ray (no GPU timings, no other driver),
+    so its start is not even begun: an embedded Ray would only take CPU and the GIL from the compile."""
     from raycompile.orchestrator import startup
 
     monkeypatch.delenv("RAYCOMPILE_COMPILE_JOBS")
@@ -303,6 +304,7 @@ def test_by_default_one_machine_compiles_in_inductors_own_workers_and_caches_it(
     cold, warm = sessions
     assert cold["jobs_local"] > 0 and cold["jobs"] == 0 and cold["fallbacks"] == 0, cold
     assert warm["jobs_local"] == 0 and warm["jobs"] == 0 and warm["local_hits"] >= cold["jobs_local"], warm
+    assert cold["dynamo_misses"] >= 1 and cold["ray_start_seconds"] == {} == warm["ray_start_seconds"], cold
 
 
 def _pool_wake(tmp_path: pathlib.Path, mode: str, **env: str) -> dict[str, Any]:
