@@ -40,7 +40,7 @@ PHASES = (
                           "select_algorithm.py:do_autotuning")),
     ("config_tuning", ("triton_heuristics.py:autotune_to_one_config", "triton_heuristics.py:benchmark_all_configs")),
     ("coordesc", ("triton_heuristics.py:coordinate_descent_tuning",)),
-    ("graph_wait", ("graphs.py:_wait", "graphs.py:wait")),
+    ("graph_wait", ("graph_compiles.py:_wait", "graph_compiles.py:wait")),
     # a warm node's compiled frames (wrapper/frames.py), read and installed inside torch.compile
     ("frames_load", ("frames.py:", "package.py:load")),
     # a rank waiting for its job's owner (single flight: wrapper/flights.py)
