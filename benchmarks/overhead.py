@@ -38,6 +38,8 @@ frames the cold case compiled on ``cuda:0``; the table's "on" column names each 
 
 A Ray cluster is started first (``ray start --head``), as on a node of a cluster; raycompile
 joins it with no address (its current-cluster file) and no secret (the cluster holds one).
+``--no-cluster``: none is started, as on a single GPU box where a user only calls ``enable()``
+(the farm's cases start an embedded Ray of their own only for what needs one).
 Prints a table with the ratios to stock, writes JSON and a PNG under benchmarks/results/.
 """
 
@@ -400,6 +402,8 @@ def main() -> int:
     p.add_argument("--bytecode-cache", action="store_true", help="one writable byte-code cache for every process")
     p.add_argument("--warm-index", type=int, default=None, metavar="N",
                    help="run the farm's warm cases on cuda:N (frames compiled on cuda:0, loaded on another GPU)")
+    p.add_argument("--no-cluster", action="store_true",
+                   help="start no Ray cluster: the farm's cases run as enable() alone does on one machine")
     p.add_argument("--rounds", type=int, default=1,
                    help="run every case this many times (each round a new cluster and empty caches); the "
                         "table of medians gives each case's median ratio to stock over the rounds")
@@ -433,7 +437,7 @@ def main() -> int:
         # each round a cluster of its own and empty caches: its cold cases are cold again
         here = work / f"round{n}" if args.rounds > 1 else work
         here.mkdir(parents=True, exist_ok=True)
-        ray_proc, ray_env = start_ray(here)
+        ray_proc, ray_env = (None, {}) if args.no_cluster else start_ray(here)
         results: dict[str, dict[str, dict]] = {}
         rounds.append(results)
         try:
@@ -457,7 +461,8 @@ def main() -> int:
                 path.write_text(json.dumps(doc, indent=1))
                 print("\n" + median_table(doc["medians"], args.rounds), flush=True)
         finally:
-            stop_ray(ray_proc)
+            if ray_proc is not None:
+                stop_ray(ray_proc)
     results = rounds[0]
     try:
         sys.path.insert(0, str(HERE))

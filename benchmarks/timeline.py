@@ -53,9 +53,20 @@ BLOCKING = ("wait", "_wait_for_tstate_lock", "acquire", "result", "sleep", "sele
 
 def sampled(py_spy: str, out: str, cmd: list[str]) -> list[str]:
     """``cmd`` run under py-spy, writing the profile this script reads to ``out``: every thread,
-    waits included, 100 samples a second, without pausing the process."""
-    return [py_spy, "record", "--threads", "--idle", "--nonblocking", "-r", "100", "-f", "speedscope", "-o", out,
+    waits included, 100 samples a second, without pausing the process. With ``SAMPLE_GIL=1`` in
+    the environment, only the thread holding the GIL at each sample (``--gil``): which threads take
+    it from the compile (``--gil-threads`` prints each thread's share)."""
+    import os
+
+    which = "--gil" if os.environ.get("SAMPLE_GIL") == "1" else "--idle"
+    return [py_spy, "record", "--threads", which, "--nonblocking", "-r", "100", "-f", "speedscope", "-o", out,
             "--", *cmd]
+
+
+def gil_threads(doc: dict[str, Any]) -> list[tuple[str, float]]:
+    """(thread, seconds holding the GIL) of a ``--gil`` profile, most first."""
+    out = [(profile.get("name", "?"), len(profile.get("samples") or []) / 100.0) for profile in doc["profiles"]]
+    return sorted(out, key=lambda t: -t[1])  # 100 samples a second (sampled)
 
 
 def frame_key(f: dict[str, Any]) -> str:
@@ -109,7 +120,14 @@ def main() -> None:
     p.add_argument("--thread", default="MainThread")
     p.add_argument("--min", type=float, default=0.3, help="fold runs shorter than this (seconds)")
     p.add_argument("--top", type=int, default=12)
+    p.add_argument("--gil-threads", action="store_true",
+                   help="a SAMPLE_GIL=1 profile: each thread's seconds holding the GIL, and nothing else")
     a = p.parse_args()
+    if a.gil_threads:
+        with open(a.file) as f:
+            for name, seconds in gil_threads(json.load(f)):
+                print(f"{seconds:8.2f} s  {name}")
+        return
     samples, threads = load(a.file, a.thread)
     total = sum(w for *_, w in samples)
     print(f"{a.file}: thread {a.thread}, {len(samples)} samples, {total:.1f} s; {len(threads)} threads sampled")
