@@ -118,8 +118,9 @@ class Session:
         from .wrapper.frames import FrameCache
 
         def on_miss(options: dict[str, Any]) -> None:  # a function will be traced and compiled
+            # the compile's Inductor config, as text (the frames key's form: "True", not True)
             config = options.get("compiler_config") or {}
-            if self._ray_needed(bool(config.get("max_autotune") or config.get("max_autotune_gemm"))):
+            if self._ray_needed(any(str(config.get(k)) == "True" for k in ("max_autotune", "max_autotune_gemm"))):
                 self.startup.begin()  # type: ignore[union-attr]
 
         # single flight among the processes sharing the shared tier (file:// or Redis: every node of
@@ -219,13 +220,13 @@ class Session:
 
         return torch.cuda.is_available()
 
-    def _compiling(self) -> None:
+    def _compiling(self, max_autotune: bool = False) -> None:
         """A graph compile starts (Inductor's backend was called: a cold compile): Ray is begun
         where the compile will need it (``_ray_needed``), to be up by the first kernel that misses
         the cache, and the hooks installed."""
         from .wrapper import compat
 
-        if self._ray_needed(compat.max_autotune_on()):
+        if self._ray_needed(max_autotune or compat.max_autotune_on()):
             self.startup.begin()  # type: ignore[union-attr]
         self.install()
         if self.hooks is not None:

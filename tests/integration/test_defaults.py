@@ -330,3 +330,32 @@ def test_inductors_wakeup_starts_its_own_compile_workers_where_this_node_compile
 def test_a_node_whose_jobs_go_to_ray_starts_no_compile_workers_of_its_own(tmp_path: pathlib.Path) -> None:
     r = _pool_wake(tmp_path, "cluster")
     assert r["before"] == 0 and r["routed"] and not r["on_load"] and not r["started"], r
+
+
+def test_a_cold_compile_asks_for_ray_with_the_mode_it_compiles_in(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: pathlib.Path) -> None:
+    """Whether a cold compile begins Ray's start depends on whether it will time GPU candidates
+    (max-autotune): the session is told so from the compile's own options, as the frames key holds
+    them (text: "False" must not read as true), once at the function's miss and once at each graph's
+    compile. Real torch.compile calls on this CPU, default mode and max-autotune."""
+    from raycompile import session as session_module
+
+    asked: list[bool] = []
+    real = session_module.Session._ray_needed
+    monkeypatch.setattr(session_module.Session, "_ray_needed",
+                        lambda self, max_autotune: asked.append(max_autotune) or real(self, max_autotune))
+    raycompile.enable(cache_dir=str(tmp_path / "cache"), compile_jobs="auto")
+    try:
+        x = torch.randn(8, 16)
+        torch.compile(lambda t: (t.cos() + 1).sum(-1))(x)
+        default = list(asked)
+        asked.clear()
+        torch.compile(lambda t: (t.sin() * 3).sum(-1), mode="max-autotune-no-cudagraphs")(x)
+        tuned = list(asked)
+        s = raycompile.stats()
+    finally:
+        raycompile.disable()
+    assert default and not any(default), default
+    assert tuned and all(tuned), tuned
+    # no GPU here, no cluster: neither compile needed Ray, so neither began it
+    assert s["ray_start_seconds"] == {}, s

@@ -41,12 +41,14 @@ SEAMS: Seams = {
 
 
 @contextlib.contextmanager
-def inductor_entry_gated(before: Callable[[], None]) -> Iterator[None]:
-    """Run ``before()`` at the start of every Inductor compile ``torch.compile`` makes (the
-    backend object of ``backend="inductor"``, ``torch._TorchCompileInductorWrapper``, called with
-    the graph Dynamo traced), so the session installs its Inductor hooks there, not at
-    ``enable()``: importing Inductor takes seconds, and stock pays it at the same point. Restored
-    on exit. Imports nothing beyond ``torch``."""
+def inductor_entry_gated(before: Callable[[bool], None]) -> Iterator[None]:
+    """Run ``before(max_autotune)`` at the start of every Inductor compile ``torch.compile`` makes
+    (the backend object of ``backend="inductor"``, ``torch._TorchCompileInductorWrapper``, called
+    with the graph Dynamo traced), so the session installs its Inductor hooks there, not at
+    ``enable()``: importing Inductor takes seconds, and stock pays it at the same point.
+    ``max_autotune``: whether the compile's mode or options turn max-autotune on (its config
+    patches, which Inductor applies only inside the call). Restored on exit. Imports nothing
+    beyond ``torch``."""
     import torch
 
     cls = torch._TorchCompileInductorWrapper
@@ -54,7 +56,8 @@ def inductor_entry_gated(before: Callable[[], None]) -> Iterator[None]:
 
     @functools.wraps(stock)
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        before()
+        patches = getattr(self, "config", None) or {}
+        before(bool(patches.get("max_autotune") or patches.get("max_autotune_gemm")))
         return stock(self, *args, **kwargs)
 
     cls.__call__ = __call__
