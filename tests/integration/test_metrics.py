@@ -65,7 +65,8 @@ def expected(stats: dict[str, Any]) -> dict[Series, float]:
     """Every series the README names, with the values of ``stats`` (a counter at 0 is never sent)."""
     plain = {"jobs": "jobs", "jobs_local": "jobs_local", "coordinator_unavailable": "coordinator_unavailable",
              "fallbacks": "fallbacks", "retried": "retries", "failures": "failures",
-             "compile_seconds": "compile_seconds", "misses": "cache_misses", "corrupt": "cache_corrupt",
+             "compile_seconds": "compile_seconds", "misses": "cache_misses", "kernel_misses": "kernel_misses",
+             "corrupt": "cache_corrupt",
              "refused": "cache_refused", "evictions": "cache_evictions", "bytes_read": "cache_bytes_read",
              "bytes_written": "cache_bytes_written", "shared_unavailable": "cache_shared_unavailable",
              "put_errors": "cache_put_errors", "benchmarks": "benchmarks", "benchmark_seconds": "benchmark_seconds",
