@@ -57,9 +57,6 @@ class Session:
     def __init__(self, settings: Settings, graph_task: GraphTask | None = None) -> None:
         check_shared_url(settings.shared_cache)  # a bad setting fails here, with nothing started
         self.settings = settings
-        # the body of a whole-graph compile task (``raycompile/graph_worker.py``, handed over by
-        # ``enable()``: that module starts the worker's own session, so this one never imports it)
-        self._graph_task = graph_task
         self.stats = Stats()
         wanted = progress_wanted(settings.progress)
         self.progress = Progress(force_terminal=settings.progress is True) if wanted else None
@@ -102,6 +99,8 @@ class Session:
         self.frames: Any = None  # wrapper.frames.FrameCache: Dynamo precompile entries in the tiers
         self.graphs: Any = None  # wrapper.graph_compiles.GraphCompiles: whole graphs compiled by Ray tasks
         self._graph_tasks: Any = None
+        # graph_task: the body of a whole-graph compile task (``raycompile/graph_worker.py``, handed
+        # over by ``enable()``: that module starts the worker's own session, so this one never imports it)
         if settings.graph_compiles != "local" and self.startup is not None and graph_task is not None:
             self._start_graph_tasks(graph_task)
         if settings.dynamo_cache_on:
