@@ -230,3 +230,26 @@ def test_the_adapter_may_reach_inductor_and_public_triton_is_fine(tmp_path) -> N
     path.write_text("import triton\nimport triton.language as tl\n")
     assert not [v for v in violations({**_modules(), "raycompile.kernels.x": str(path)})
                 if v.startswith("raycompile.kernels.x:")]
+
+
+def mutual_imports(modules: dict[str, str]) -> list[tuple[str, str]]:
+    """Pairs of modules that import each other (a package and its own submodules aside)."""
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = {_target_module(imp.target, modules) for imp in _imports(name, path)}
+        edges[name] = {t for t in targets if t is not None and t != name}
+    return sorted({tuple(sorted((a, b))) for a, targets in edges.items() for b in targets  # type: ignore[misc]
+                   if a in edges.get(b, ()) and not (a.startswith(b + ".") or b.startswith(a + "."))})
+
+
+def test_no_module_imports_one_that_imports_it_back(tmp_path) -> None:
+    """The session imported the autotune and graph-worker modules and both imported the session
+    back; none such is left (imports inside functions count), and the check names one it meets."""
+    modules = _modules()
+    assert mutual_imports(modules) == []
+    path = tmp_path / "x.py"
+    path.write_text("def f():\n    from .session import current\n")  # inside a function: counted
+    cyclic = tmp_path / "session.py"
+    cyclic.write_text(open(modules["raycompile.session"]).read() + "\nfrom .x import y\n")
+    found = mutual_imports({**modules, "raycompile.x": str(path), "raycompile.session": str(cyclic)})
+    assert found == [("raycompile.session", "raycompile.x")], found
