@@ -253,3 +253,15 @@ def test_no_module_imports_one_that_imports_it_back(tmp_path) -> None:
     cyclic.write_text(open(modules["raycompile.session"]).read() + "\nfrom .x import y\n")
     found = mutual_imports({**modules, "raycompile.x": str(path), "raycompile.session": str(cyclic)})
     assert found == [("raycompile.session", "raycompile.x")], found
+
+
+def test_every_subpackage_is_in_the_wheel() -> None:
+    """pyproject.toml lists the packages a wheel carries (the components live in folders of their
+    own); a new subpackage left out works in an editable install and is missing from a real one."""
+    import pathlib
+    import tomllib
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    packages = {name for name, path in _modules().items() if path.endswith("__init__.py")}
+    assert packages == listed, (packages - listed, listed - packages)
