@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -213,8 +214,9 @@ class Settings:
         return self.secret.encode() if self.secret else None
 
 
+@functools.cache
 def _types() -> dict[str, Any]:
-    """Each field's type, evaluated (not the annotation's text)."""
+    """Each field's type, evaluated (not the annotation's text); evaluated once (read, never changed)."""
     return get_type_hints(Settings)
 
 
