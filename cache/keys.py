@@ -170,6 +170,13 @@ def _frames_parts(identity: Mapping[str, object]) -> dict[str, str]:
     return out
 
 
+def frames_backward_note(base: str) -> str:
+    """A note beside the entry ``base``: a process compiled the function lazily (its backward
+    lowered at the first backward, as stock does) and never ran a backward, so its entry was never
+    complete; the next process lowers the backward with the forward (``wrapper/frames.py``)."""
+    return f"{base}.backward-with-forward"
+
+
 def frames_generation(base: str, generation: int) -> str:
     """Generation ``generation`` of the entry ``base``: tiers never replace an entry, and a
     function's entry grows when a warm node meets a new shape, so each publish is a new key;

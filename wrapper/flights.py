@@ -8,7 +8,8 @@ traces nothing (``cache/inflight.py`` holds the claims and the frames in flight)
   compiles as usual; a waiter's ``torch.compile`` returns at once, as stock's does.
 - The owner's watcher thread publishes what it compiled so far once the owner stops compiling
   (its frames run, or wait in a collective) after a frame it traced, and whenever a waiter has
-  appeared since (each frame complete: its backward is compiled with its forward): the owner's
+  appeared since (each frame complete: in a rank of a job its backward is lowered with its
+  forward; elsewhere a training frame is complete once its backward ran): the owner's
   first step may wait in a collective on the waiters' ranks, so waiting for the whole step would
   wait forever; a frame blocked there leaves the watcher free to publish it. While the owner
   compiles, a publish (every frame so far, serialized under Dynamo's lock) comes only at the end

@@ -259,6 +259,7 @@ def test_every_subpackage_is_in_the_wheel() -> None:
     """pyproject.toml lists the packages a wheel carries (the components live in folders of their
     own); a new subpackage left out works in an editable install and is missing from a real one."""
     import pathlib
+
     import tomllib
 
     root = pathlib.Path(__file__).resolve().parents[2]

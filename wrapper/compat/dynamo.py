@@ -89,13 +89,15 @@ class FrameStore(Protocol):
 
 
 @contextlib.contextmanager
-def frames_stored(store: FrameStore) -> Iterator[None]:
+def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Iterator[None]:
     """While inside, Dynamo's precompile cache is on and ``store`` is its storage:
 
     - ``torch._dynamo.config.caching_precompile``, with ``bundled_autograd_cache`` (the
       forward and backward travel whole in the entry: torch 2.11 cannot otherwise serialize a
-      graph the FX cache served) and ``force_non_lazy_backward_lowering`` (the backward exists
-      when the frame is recorded, so the entry is complete then, not at the first backward);
+      graph the FX cache served); with ``backward_with_forward``, also
+      ``force_non_lazy_backward_lowering`` (the backward exists when the frame is recorded, so the
+      entry is complete then; else, as in stock, at the frame's first backward:
+      ``precompile.lower_backward_with_forward`` turns it on later);
     - ``load(fn, options)`` answers ``torch.compile(fn)``, with the caller's compile options
       (None where the caller is not a ``torch.compile`` context: then nothing is loaded);
     - ``traced(source_id)`` is told of every frame Dynamo traced;
@@ -236,7 +238,7 @@ def frames_stored(store: FrameStore) -> Iterator[None]:
         source_class.__reduce__ = fixed
     dconfig.caching_precompile = True
     fconfig.bundled_autograd_cache = True
-    fconfig.force_non_lazy_backward_lowering = True
+    fconfig.force_non_lazy_backward_lowering = saved[2] or backward_with_forward
     for logger in noted:
         logger.addFilter(quiet)
     # serializing guards reads .grad of every tensor source, non-leaf ones too (torch's warning, not the user's)

@@ -278,12 +278,21 @@ def compiling() -> bool:
 
 
 def backward_with_forward() -> bool:
-    """Whether AOTAutograd lowers a training graph's backward with its forward (compiled frames
-    turn ``force_non_lazy_backward_lowering`` on), so that the graph's AOTAutograd cache entry is
-    written when its compile ends, not at its first backward."""
+    """Whether AOTAutograd lowers a training graph's backward with its forward
+    (``force_non_lazy_backward_lowering``: compiled frames turn it on in a job of ranks), so that
+    the graph's AOTAutograd cache entry is written when its compile ends, not at its first
+    backward."""
     from torch._functorch import config
 
     return bool(config.force_non_lazy_backward_lowering)
+
+
+def lower_backward_with_forward() -> None:
+    """From now on in this process, AOTAutograd lowers a training graph's backward with its
+    forward (the graphs compiled so far keep theirs lazy). Restored when ``frames_stored`` exits."""
+    from torch._functorch import config
+
+    config.force_non_lazy_backward_lowering = True
 
 
 def torch_cache_counters() -> dict[str, int]:

@@ -1,0 +1,63 @@
+"""One process of the lazy-backward tests (run as a script): ``raycompile.enable()`` alone (no
+cluster; kernels in Inductor's own workers), a ``file://`` shared tier, and one compiled function
+called the way ``MODE`` says, then its stats and results saved.
+
+    python backward_driver.py SHARED_URL CACHE_DIR OUT.pt MODE
+
+``MODE``: ``train`` (a forward, then its backward) or ``forward`` (a forward of a model whose
+parameters require grad, and no backward: an evaluation that forgot ``no_grad``). Saved: the
+stats, the output (and the gradients after ``train``), whether the backward was lowered with the
+forward when the compile began, and how many AOTAutograd entries were complete (saved: a training
+graph's once its backward is lowered) after the forward and after the backward."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import raycompile
+from raycompile.wrapper import compat
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(16, 24)
+        self.b = torch.nn.Linear(24, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.b(torch.nn.functional.gelu(self.a(x)))).sum()
+
+
+def complete_graphs() -> int:
+    """AOTAutograd entries saved in this process: a training graph's once its backward is lowered."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["aot_autograd"]["autograd_cache_saved"])
+
+
+def main(shared: str, cache_dir: str, out_path: str, mode: str) -> None:
+    raycompile.enable(shared_cache=shared, cache_dir=cache_dir, compile_jobs="local", fallback=False)
+    model = Net()
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+    saved: dict[str, object] = {}
+    try:
+        out = torch.compile(model)(x)
+        saved["with_forward"] = compat.precompile.backward_with_forward()
+        saved["graphs_after_forward"] = complete_graphs()
+        saved["out"] = out.detach()
+        if mode == "train":
+            out.backward()
+            saved["graphs_after_backward"] = complete_graphs()
+            saved["grads"] = {n: p.grad for n, p in model.named_parameters()}
+    finally:
+        raycompile.disable()  # writes what is complete, notes what ran no backward
+    saved["stats"] = raycompile.stats()
+    saved["torch_traced"] = compat.precompile.traced_frames()
+    torch.save(saved, out_path)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

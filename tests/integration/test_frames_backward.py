@@ -1,0 +1,73 @@
+"""Compiled frames with the backward lowered lazily, as stock lowers it (``wrapper/frames.py``):
+``raycompile.enable()`` alone, a ``file://`` shared tier, each process new with empty local caches.
+
+- A training step: the compile lowers only the forward; the backward is lowered at the first
+  backward, and the frame's entry, complete then, is written; a new process loads it and traces
+  nothing, with bitwise the same output and gradients.
+- A forward with grad-requiring parameters and no backward (an evaluation that forgot
+  ``no_grad``): its entry is never complete, so it is not written; a note is (counted
+  ``dynamo_no_backward``). The next process finds the note, lowers the backward with the forward
+  and writes the entry; a third loads it, traces nothing, and its backward (loaded too) gives
+  bitwise the gradients of the lazily compiled step.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import procs
+import pytest
+import torch
+
+DRIVER = pathlib.Path(__file__).with_name("backward_driver.py")
+
+
+def start(shared: pathlib.Path, where: pathlib.Path, mode: str) -> Callable[[], dict[str, Any]]:
+    out = where / "out.pt"
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"), "TRITON_CACHE_DIR": str(where / "triton")}
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "RAYCOMPILE_COMPILE_JOBS", "RAY_ADDRESS"):
+        env.pop(name, None)  # not a rank of a job: the backward is lowered lazily
+    return procs.start(DRIVER, [f"file://{shared}", str(where / "raycompile"), str(out), mode], env, out, timeout=300)
+
+
+def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.slow
+def test_the_backward_is_lowered_at_the_first_backward_and_an_entry_without_one_is_completed_next_time(
+        tmp_path: pathlib.Path) -> None:
+    train, forward = tmp_path / "train", tmp_path / "forward"
+    train_cold, forward_cold = start(train, tmp_path / "t1", "train"), start(forward, tmp_path / "f1", "forward")
+
+    # a training step: lazily lowered, written once its backward ran, loaded whole elsewhere
+    cold = train_cold()
+    s = cold["stats"]
+    assert not cold["with_forward"]
+    assert (cold["graphs_after_forward"], cold["graphs_after_backward"]) == (0, 1), cold
+    assert s["dynamo_published"] == 1 and s["dynamo_no_backward"] == 0 and s["dynamo_incomplete"] == 0, s
+    warm = start(train, tmp_path / "t2", "train")()
+    w = warm["stats"]
+    assert warm["torch_traced"] == 0 and w["dynamo_frames_traced"] == 0 and w["dynamo_frames_loaded"] == 1, w
+    assert (warm["graphs_after_forward"], warm["graphs_after_backward"]) == (0, 0), warm
+    assert torch.equal(warm["out"], cold["out"]) and equal(warm["grads"], cold["grads"])
+
+    # a forward only: never complete, noted; the next process lowers the backward with the forward
+    first = forward_cold()
+    f = first["stats"]
+    assert not first["with_forward"] and first["graphs_after_forward"] == 0, first
+    assert f["dynamo_no_backward"] == 1 and f["dynamo_published"] == 0, f
+    second = start(forward, tmp_path / "f2", "forward")()
+    g = second["stats"]
+    assert second["with_forward"] and second["graphs_after_forward"] == 1, second  # forward and backward
+    assert g["dynamo_published"] == 1 and g["dynamo_no_backward"] == 0 and g["dynamo_frames_traced"] == 1, g
+    third = start(forward, tmp_path / "f3", "train")()
+    h = third["stats"]
+    assert third["torch_traced"] == 0 and h["dynamo_frames_loaded"] == 1, h
+    assert (third["graphs_after_forward"], third["graphs_after_backward"]) == (0, 0), third
+    for other in (first, second, third):
+        assert torch.equal(other["out"], cold["out"])
+    assert equal(third["grads"], cold["grads"])  # the backward lowered with the forward: bitwise the lazy one's
