@@ -286,6 +286,8 @@ COUNTERS: tuple[Counter, ...] = (
     ),
     Counter("dynamo_unkeyed", "compiled frames", "loads with no key (not from torch.compile, or an unkeyable model)"),
     Counter("dynamo_incomplete", "compiled frames", "packages left unwritten at close: a frame lacked its backend"),
+    Counter("dynamo_backward_ahead", "compiled frames",
+            "backwards lowered before any ran (a forward without one): their frames complete and written"),
     Counter("dynamo_no_backward", "compiled frames",
             "functions whose training frames ran no backward here: noted, the next process lowers it with the forward"),
     Counter("dynamo_full", "compiled frames", "publishes skipped: the function's entry used every generation"),

@@ -33,11 +33,12 @@ decides what an entry is called, where it lives, and when it is written:
   written, once its backward ran. In a job of ranks (torchrun's ``RANK``, ``LOCAL_RANK`` or
   ``WORLD_SIZE``, or an initialized process group) it is lowered with the forward: the owner of a
   flight hands its waiters each frame whole as soon as it is compiled, before its step waits in a
-  collective on them. A function whose training frames ran no backward for
-  ``NO_BACKWARD_S`` (a forward with grad-requiring parameters, called without one) is never
-  complete here: a note goes to the tiers beside its entry (counted ``dynamo_no_backward``), its
-  flight ends (its waiters trace), and the next process that compiles it lowers the backward with
-  the forward, so that its entry is complete and written.
+  collective on them. A function whose training frames ran no backward for ``NO_BACKWARD_S``, or
+  by ``close()`` (a forward with grad-requiring parameters, called without one), has its backward
+  lowered then, off its first output (``compat.autograd``; counted ``dynamo_backward_ahead``), and
+  its entry written. Where that cannot be done (DDPOptimizer's buckets), a note goes to the tiers
+  beside its entry (counted ``dynamo_no_backward``), its flight ends (its waiters trace), and the
+  next process that compiles it lowers the backward with the forward.
 """
 
 from __future__ import annotations
@@ -382,6 +383,7 @@ class FrameCache:
             if lacking:
                 self._without_backward(lacking, final)
             if final:
+                _, incomplete = compat.precompile.recorded()
                 left = [sid for sid in incomplete if sid in self._known]
                 if left:
                     self.stats.add(dynamo_incomplete=len(left))
@@ -398,13 +400,25 @@ class FrameCache:
         ``NO_BACKWARD_S`` or by ``close()`` (``frames_backward_note``)."""
         if compat.precompile.backward_with_forward():
             return  # lowered with the forward: what lacks a backend failed, and a note changes nothing
-        now, waiting = time.monotonic(), False
-        for sid, known in lacking:
-            if known.backward_noted:
-                continue
-            if not final and now - known.last_traced < NO_BACKWARD_S:
-                waiting = True
-                continue
+        now = time.monotonic()
+        due = [(sid, known) for sid, known in lacking if not known.backward_noted
+               and (final or now - known.last_traced >= NO_BACKWARD_S)]
+        waiting = len(due) < len([k for _, k in lacking if not k.backward_noted])
+        if due:
+            # lowered here, as their first backward would: the packages are complete and written
+            sids = [sid for sid, _ in due]
+            try:
+                lowered, _ = compat.autograd.lower_backwards(compat.autograd.missing_backends(sids))
+            except Exception as e:  # noqa: BLE001 - a seam moved, say: noted below, as for any left lazy
+                lowered = 0
+                log.debug("raycompile: no backward lowered ahead (%s: %s)", type(e).__name__, e)
+            ready, _ = compat.precompile.recorded()
+            done = {sid for sid in sids if sid in ready}
+            if done:
+                compat.precompile.save(done)
+            self.stats.add(dynamo_backward_ahead=lowered)
+            due = [(sid, known) for sid, known in due if sid not in done]
+        for sid, known in due:
             known.backward_noted = True
             self.cache.put(Entry(frames_backward_note(known.base), {"note": b"no backward ran"},
                                  {"label": f"compiled frames of {known.label}: no backward ran",

@@ -4,8 +4,10 @@ called the way ``MODE`` says, then its stats and results saved.
 
     python backward_driver.py SHARED_URL CACHE_DIR OUT.pt MODE
 
-``MODE``: ``train`` (a forward, then its backward) or ``forward`` (a forward of a model whose
-parameters require grad, and no backward: an evaluation that forgot ``no_grad``). Saved: the
+``MODE``: ``train`` (a forward, then its backward), ``forward`` (a forward of a model whose
+parameters require grad, and no backward: an evaluation that forgot ``no_grad``), or
+``forward-unlowerable`` (the same, with a fault injected: lowering a backward ahead fails, as it
+does under DDPOptimizer). Saved: the
 stats, the output (and the gradients after ``train``), whether the backward was lowered with the
 forward when the compile began, and how many AOTAutograd entries were complete (saved: a training
 graph's once its backward is lowered) after the forward and after the backward."""
@@ -39,6 +41,11 @@ def complete_graphs() -> int:
 
 
 def main(shared: str, cache_dir: str, out_path: str, mode: str) -> None:
+    if mode == "forward-unlowerable":
+        def fails(*args: object, **kwargs: object) -> tuple[int, int]:
+            raise RuntimeError("injected: no backward can be lowered ahead here")
+
+        compat.autograd.lower_backwards = fails
     raycompile.enable(shared_cache=shared, cache_dir=cache_dir, compile_jobs="local", fallback=False)
     model = Net()
     x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))

@@ -25,20 +25,22 @@ from raycompile.wrapper import compat
 def main(address: str, shared: str, out_path: str, barrier: str | None = None) -> None:
     model, args = examples()["reduction_tail"]
     raycompile.enable(address=address or None, shared_cache=shared or None, fallback=False)
-    try:
-        if barrier:
-            open(os.path.join(barrier, f"ready-{os.getpid()}"), "w").close()
-            deadline = time.monotonic() + 300
-            while not os.path.exists(os.path.join(barrier, "go")):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("no go signal")
-                time.sleep(0.05)
-        torch._dynamo.reset()
-        with compat.fresh_cache():
+    # Inductor's caches empty for the rest of the session: the backward of a forward called
+    # without one is lowered at disable() (wrapper/frames.py), and its kernels go to the farm too
+    with compat.fresh_cache():
+        try:
+            if barrier:
+                open(os.path.join(barrier, f"ready-{os.getpid()}"), "w").close()
+                deadline = time.monotonic() + 300
+                while not os.path.exists(os.path.join(barrier, "go")):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("no go signal")
+                    time.sleep(0.05)
+            torch._dynamo.reset()
             out = torch.compile(model)(*args)
-        stats = raycompile.stats()
-    finally:
-        raycompile.disable()
+            stats = raycompile.stats()
+        finally:
+            raycompile.disable()
     torch.save({"stats": stats, "out": out}, out_path)
 
 

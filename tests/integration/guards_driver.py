@@ -108,10 +108,6 @@ class Net(torch.nn.Module):
         self.lin = torch.nn.Linear(4, 4)
         self.act = torch.nn.GELU()
         self.scale = 2.0
-        # an inference model, whose frames are complete at their compile: these scenarios call no
-        # backward, and a forward of grad-requiring parameters without one is written only by the
-        # process after (tests/integration/test_frames_backward.py)
-        self.requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.act(self.lin(x)) * self.scale

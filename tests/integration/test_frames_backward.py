@@ -5,10 +5,12 @@
   backward, and the frame's entry, complete then, is written; a new process loads it and traces
   nothing, with bitwise the same output and gradients.
 - A forward with grad-requiring parameters and no backward (an evaluation that forgot
-  ``no_grad``): its entry is never complete, so it is not written; a note is (counted
-  ``dynamo_no_backward``). The next process finds the note, lowers the backward with the forward
-  and writes the entry; a third loads it, traces nothing, and its backward (loaded too) gives
+  ``no_grad``): its backward is lowered at ``disable()`` (counted ``dynamo_backward_ahead``) and
+  the entry written; a new process loads it, traces nothing, and its backward (loaded too) gives
   bitwise the gradients of the lazily compiled step.
+- The same where the backward cannot be lowered ahead (a fault injected, as under DDPOptimizer):
+  the entry is not written but a note is (counted ``dynamo_no_backward``); the next process finds
+  it, lowers the backward with the forward and writes the entry; a third loads it.
 """
 
 from __future__ import annotations
@@ -55,19 +57,31 @@ def test_the_backward_is_lowered_at_the_first_backward_and_an_entry_without_one_
     assert (warm["graphs_after_forward"], warm["graphs_after_backward"]) == (0, 0), warm
     assert torch.equal(warm["out"], cold["out"]) and equal(warm["grads"], cold["grads"])
 
-    # a forward only: never complete, noted; the next process lowers the backward with the forward
+    # a forward only: its backward lowered at disable(), its entry written and loaded whole
     first = forward_cold()
     f = first["stats"]
     assert not first["with_forward"] and first["graphs_after_forward"] == 0, first
-    assert f["dynamo_no_backward"] == 1 and f["dynamo_published"] == 0, f
-    second = start(forward, tmp_path / "f2", "forward")()
+    assert f["dynamo_backward_ahead"] == 1 and f["dynamo_published"] == 1 and f["dynamo_no_backward"] == 0, f
+    loads = start(forward, tmp_path / "f2", "train")()
+    h = loads["stats"]
+    assert loads["torch_traced"] == 0 and h["dynamo_frames_loaded"] == 1, h
+    assert (loads["graphs_after_forward"], loads["graphs_after_backward"]) == (0, 0), loads
+    assert torch.equal(first["out"], cold["out"]) and torch.equal(loads["out"], cold["out"])
+    assert equal(loads["grads"], cold["grads"])  # the backward lowered ahead: bitwise the one lowered at its backward
+
+
+@pytest.mark.slow
+def test_a_forward_whose_backward_cannot_be_lowered_ahead_is_noted_and_written_by_the_next_process(
+        tmp_path: pathlib.Path) -> None:
+    shared = tmp_path / "shared"
+    first = start(shared, tmp_path / "1", "forward-unlowerable")()
+    f = first["stats"]
+    assert not first["with_forward"] and f["dynamo_no_backward"] == 1 and f["dynamo_published"] == 0, f
+    second = start(shared, tmp_path / "2", "forward")()
     g = second["stats"]
     assert second["with_forward"] and second["graphs_after_forward"] == 1, second  # forward and backward
     assert g["dynamo_published"] == 1 and g["dynamo_no_backward"] == 0 and g["dynamo_frames_traced"] == 1, g
-    third = start(forward, tmp_path / "f3", "train")()
+    third = start(shared, tmp_path / "3", "forward")()
     h = third["stats"]
     assert third["torch_traced"] == 0 and h["dynamo_frames_loaded"] == 1, h
-    assert (third["graphs_after_forward"], third["graphs_after_backward"]) == (0, 0), third
-    for other in (first, second, third):
-        assert torch.equal(other["out"], cold["out"])
-    assert equal(third["grads"], cold["grads"])  # the backward lowered with the forward: bitwise the lazy one's
+    assert torch.equal(first["out"], second["out"]) and torch.equal(third["out"], second["out"])

@@ -31,7 +31,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from . import autotune, autotuner, codegen, cpp, devices, dynamo, entry, graphs, guards, precompile, triton
+from . import autograd, autotune, autotuner, codegen, cpp, devices, dynamo, entry, graphs, guards, precompile, triton
 from ._base import SeamMissing, Seams, resolve
 from .autotuner import (
     autotuner_source,
@@ -112,7 +112,7 @@ from .triton import (
 
 FAMILIES = {"entry": entry, "triton": triton, "cpp": cpp, "codegen": codegen, "autotuner": autotuner,
             "autotune": autotune, "dynamo": dynamo, "guards": guards, "precompile": precompile, "devices": devices,
-            "graphs": graphs}
+            "graphs": graphs, "autograd": autograd}
 
 # name -> (module, attribute path), every family's
 SEAMS: Seams = {name: seam for family in FAMILIES.values() for name, seam in family.SEAMS.items()}
