@@ -36,7 +36,8 @@ decides what an entry is called, where it lives, and when it is written:
   collective on them. A function whose training frames ran no backward for ``NO_BACKWARD_S``, or
   by ``close()`` (a forward with grad-requiring parameters, called without one), has its backward
   lowered then, off its first output (``compat.autograd``; counted ``dynamo_backward_ahead``), and
-  its entry written. Where that cannot be done (DDPOptimizer's buckets), a note goes to the tiers
+  its entry written. Where that cannot be done (DDPOptimizer's buckets; the interpreter's exit,
+  where no pool takes a kernel), a note goes to the tiers
   beside its entry (counted ``dynamo_no_backward``), its flight ends (its waiters trace), and the
   next process that compiles it lowers the backward with the forward.
 """
@@ -404,7 +405,11 @@ class FrameCache:
         due = [(sid, known) for sid, known in lacking if not known.backward_noted
                and (final or now - known.last_traced >= NO_BACKWARD_S)]
         waiting = len(due) < len([k for _, k in lacking if not k.backward_noted])
-        if due:
+        if due and _exiting():
+            # the interpreter's exit: no pool takes a kernel now, and compiling them one by one
+            # would hold the exit up; the note below lets the next process lower it instead
+            log.debug("raycompile: exiting: %d functions' backwards not lowered ahead", len(due))
+        elif due:
             # lowered here, as their first backward would: the packages are complete and written
             sids = [sid for sid, _ in due]
             try:
@@ -454,6 +459,19 @@ class FrameCache:
             "raycompile": __version__,
             "tag": [tag, self.output_tag],
         }
+
+
+def _exiting() -> bool:
+    """Whether the interpreter is exiting (its thread pools, Inductor's and the farm's, refuse work:
+    ``concurrent.futures`` stops them before ``atexit`` handlers run)."""
+    import concurrent.futures
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as probe:
+            probe.submit(int).result(timeout=10)
+    except RuntimeError:
+        return True
+    return False
 
 
 def _job_of_ranks() -> bool:

@@ -11,10 +11,16 @@ from raycompile.wrapper import compat
 
 
 def compile_fresh(model: torch.nn.Module, args: tuple[torch.Tensor, ...], **kw: Any) -> torch.Tensor:
-    """A cold compile: empty Inductor caches, so every kernel is really built (or looked up)."""
+    """A cold compile: empty Inductor caches, so every kernel is really built (or looked up). The
+    compiled frames are written before the caches go: a forward called without a backward has
+    its backward lowered then (wrapper/frames.py), in the same empty caches, not at disable()."""
     torch._dynamo.reset()
     with compat.fresh_cache():
-        return torch.compile(model, **kw)(*args)
+        out = torch.compile(model, **kw)(*args)
+        session = raycompile.session.current()
+        if session is not None and session.frames is not None:
+            session.frames.publish(final=True)
+        return out
 
 
 def compile_on_farm(model: torch.nn.Module, args: tuple[torch.Tensor, ...],

@@ -8,9 +8,10 @@
   ``no_grad``): its backward is lowered at ``disable()`` (counted ``dynamo_backward_ahead``) and
   the entry written; a new process loads it, traces nothing, and its backward (loaded too) gives
   bitwise the gradients of the lazily compiled step.
-- The same where the backward cannot be lowered ahead (a fault injected, as under DDPOptimizer):
-  the entry is not written but a note is (counted ``dynamo_no_backward``); the next process finds
-  it, lowers the backward with the forward and writes the entry; a third loads it.
+- The same where the backward cannot be lowered ahead (a fault injected, as under DDPOptimizer;
+  or the interpreter's exit without ``disable()``): the entry is not written but a note is
+  (counted ``dynamo_no_backward``); the next process finds it, lowers the backward with the
+  forward and writes the entry; a third loads it.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def test_the_backward_is_lowered_at_the_first_backward_and_an_entry_without_one_
 @pytest.mark.slow
 def test_a_forward_whose_backward_cannot_be_lowered_ahead_is_noted_and_written_by_the_next_process(
         tmp_path: pathlib.Path) -> None:
-    shared = tmp_path / "shared"
+    shared, exits = tmp_path / "shared", tmp_path / "exits"
+    exiting = start(exits, tmp_path / "e1", "forward-exit")
     first = start(shared, tmp_path / "1", "forward-unlowerable")()
     f = first["stats"]
     assert not first["with_forward"] and f["dynamo_no_backward"] == 1 and f["dynamo_published"] == 0, f
@@ -85,3 +87,8 @@ def test_a_forward_whose_backward_cannot_be_lowered_ahead_is_noted_and_written_b
     h = third["stats"]
     assert third["torch_traced"] == 0 and h["dynamo_frames_loaded"] == 1, h
     assert torch.equal(first["out"], second["out"]) and torch.equal(third["out"], second["out"])
+    exited = exiting()
+    assert exited["stats"]["dynamo_frames_traced"] == 1 and torch.equal(exited["out"], second["out"])
+    after = start(exits, tmp_path / "e2", "forward")()  # the exit left a note, not an entry
+    assert after["with_forward"] and after["stats"]["dynamo_frames_traced"] == 1, after["stats"]
+    assert after["stats"]["dynamo_published"] == 1, after["stats"]
