@@ -17,10 +17,17 @@ def compile_fresh(model: torch.nn.Module, args: tuple[torch.Tensor, ...], **kw: 
     torch._dynamo.reset()
     with compat.fresh_cache():
         out = torch.compile(model, **kw)(*args)
-        session = raycompile.session.current()
-        if session is not None and session.frames is not None:
-            session.frames.publish(final=True)
+        write_frames()
         return out
+
+
+def write_frames() -> None:
+    """Write the compiled frames of the farm's session now, as ``disable()`` would: a forward
+    called without a backward gets its backward lowered here (wrapper/frames.py), so that a caller
+    inside a fresh Inductor cache has it lowered in that cache, its kernels built by the farm."""
+    session = raycompile.session.current()
+    if session is not None and session.frames is not None:
+        session.frames.publish(final=True)
 
 
 def compile_on_farm(model: torch.nn.Module, args: tuple[torch.Tensor, ...],

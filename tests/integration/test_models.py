@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+from farmrun import write_frames
 
 import raycompile
 from raycompile.models import examples
@@ -34,7 +35,8 @@ def cold_compile(name: str, sizes: tuple[int, ...] = (), **kw: Any) -> tuple[lis
     """Model ``name`` (fresh from ``examples()``: seeded weights and inputs) compiled in a fresh
     Dynamo state with an empty Inductor cache, on disk and in memory, so nothing comes from an
     earlier compile of this process. Returns its outputs (one per size in ``sizes``, the input's
-    leading dimension cut to it; else one) and, for each output module the farm wrote, its kernels
+    leading dimension cut to it; else one) and, for each output module the farm wrote (the
+    backward's too: its forward ran without one, so the farm lowers it ahead), its kernels
     (name -> how the module defines it: ``cpp_pybinding``, ``triton``...). Stock modules: none."""
     model, (x,) = examples()[name]
     torch.compiler.reset()
@@ -42,6 +44,7 @@ def cold_compile(name: str, sizes: tuple[int, ...] = (), **kw: Any) -> tuple[lis
         torch.manual_seed(0)
         compiled = torch.compile(model, **kw)
         outs = [compiled(x[:n]) for n in sizes] if sizes else [compiled(x)]
+        write_frames()  # the backward these forwards did not run is lowered now, in this fresh cache
         modules = [dict(_DEFINITION.findall(pathlib.Path(m.__file__).read_text()))
                    for m in compat.loaded_output_modules()]
     return outs, modules

@@ -95,7 +95,7 @@ def _lower(cls: type, env: dict[str, Any]) -> bool:
 
 def lower_backwards(backend_ids: set[str] | None = None, wait: float = 30.0) -> tuple[int, int]:
     """Lower now the backward of every live training graph whose backward has not run (of the
-    precompile backends ``backend_ids``, where the graph names one; None: all), writing its
+    precompile backends ``backend_ids``; None: all), writing its
     AOTAutograd entry as its first backward would, under Dynamo's compile lock (waited for at most
     ``wait`` s: nothing is traced meanwhile). Returns (lowered, left as they were)."""
     from torch._dynamo.convert_frame import compile_lock
@@ -112,8 +112,8 @@ def _lower_all(backend_ids: set[str] | None) -> tuple[int, int]:
     lowered = left = 0
     for cls, env in _unlowered():
         backend = _backend_id(env)
-        if backend_ids is not None and backend is not None and backend not in backend_ids:
-            continue
+        if backend_ids is not None and backend not in backend_ids:
+            continue  # another function's, or a graph no saved frame holds (a stock compile's)
         try:
             if _lower(cls, env):
                 lowered += 1
