@@ -52,18 +52,20 @@ def test_the_backward_is_lowered_at_the_first_backward_and_an_entry_without_one_
     assert not cold["with_forward"]
     assert (cold["graphs_after_forward"], cold["graphs_after_backward"]) == (0, 1), cold
     assert s["dynamo_published"] == 1 and s["dynamo_no_backward"] == 0 and s["dynamo_incomplete"] == 0, s
-    warm = start(train, tmp_path / "t2", "train")()
+    warming = start(train, tmp_path / "t2", "train")
+    first = forward_cold()  # two processes at a time: the box has two cores
+    loading = start(forward, tmp_path / "f2", "train")
+    warm = warming()
     w = warm["stats"]
     assert warm["torch_traced"] == 0 and w["dynamo_frames_traced"] == 0 and w["dynamo_frames_loaded"] == 1, w
     assert (warm["graphs_after_forward"], warm["graphs_after_backward"]) == (0, 0), warm
     assert torch.equal(warm["out"], cold["out"]) and equal(warm["grads"], cold["grads"])
 
     # a forward only: its backward lowered at disable(), its entry written and loaded whole
-    first = forward_cold()
     f = first["stats"]
     assert not first["with_forward"] and first["graphs_after_forward"] == 0, first
     assert f["dynamo_backward_ahead"] == 1 and f["dynamo_published"] == 1 and f["dynamo_no_backward"] == 0, f
-    loads = start(forward, tmp_path / "f2", "train")()
+    loads = loading()
     h = loads["stats"]
     assert loads["torch_traced"] == 0 and h["dynamo_frames_loaded"] == 1, h
     assert (loads["graphs_after_forward"], loads["graphs_after_backward"]) == (0, 0), loads
@@ -79,6 +81,8 @@ def test_a_forward_whose_backward_cannot_be_lowered_ahead_is_noted_and_written_b
     first = start(shared, tmp_path / "1", "forward-unlowerable")()
     f = first["stats"]
     assert not first["with_forward"] and f["dynamo_no_backward"] == 1 and f["dynamo_published"] == 0, f
+    exited = exiting()
+    noted = start(exits, tmp_path / "e2", "forward")  # the exit left a note, not an entry
     second = start(shared, tmp_path / "2", "forward")()
     g = second["stats"]
     assert second["with_forward"] and second["graphs_after_forward"] == 1, second  # forward and backward
@@ -87,8 +91,7 @@ def test_a_forward_whose_backward_cannot_be_lowered_ahead_is_noted_and_written_b
     h = third["stats"]
     assert third["torch_traced"] == 0 and h["dynamo_frames_loaded"] == 1, h
     assert torch.equal(first["out"], second["out"]) and torch.equal(third["out"], second["out"])
-    exited = exiting()
     assert exited["stats"]["dynamo_frames_traced"] == 1 and torch.equal(exited["out"], second["out"])
-    after = start(exits, tmp_path / "e2", "forward")()  # the exit left a note, not an entry
+    after = noted()
     assert after["with_forward"] and after["stats"]["dynamo_frames_traced"] == 1, after["stats"]
     assert after["stats"]["dynamo_published"] == 1, after["stats"]

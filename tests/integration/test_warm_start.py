@@ -44,14 +44,16 @@ def compile_model(cache_dir: str, shared: str, threads: int = 0) -> tuple[dict[s
         # count, so match the driver's, as another node with the same hardware would.
         torch.set_num_threads(threads)
     model, args = examples()["reduction_tail"]
-    raycompile.enable(address="auto", cache_dir=cache_dir, shared_cache=shared)
-    try:
-        torch._dynamo.reset()
-        with compat.fresh_cache():
+    # Inductor's caches empty until disable(), which lowers the backward this forward did not run
+    # (wrapper/frames.py): its kernels are built by the farm and shared too
+    with compat.fresh_cache():
+        raycompile.enable(address="auto", cache_dir=cache_dir, shared_cache=shared)
+        try:
+            torch._dynamo.reset()
             out = torch.compile(model)(*args)
-        return raycompile.stats(), out
-    finally:
-        raycompile.disable()
+            return raycompile.stats(), out
+        finally:
+            raycompile.disable()
 
 
 def on_other_node(node: str, cache_dir: str, shared: str) -> tuple[dict[str, Any], torch.Tensor]:
