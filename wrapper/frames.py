@@ -28,18 +28,9 @@ decides what an entry is called, where it lives, and when it is written:
   (each frame with its forward and backward). A frame torch cannot save (it cannot name its code:
   a function reached through a property; an object Dynamo installed by id, other than a module) is
   compiled as usual and left out, counted ``dynamo_unsaveable``: a warm process traces it.
-- The backward: lowered at its first backward, as stock lowers it (lowering it with the forward
-  cost a cold compile 6% on a GPU, 12% on 2 CPUs), so a training frame's package is complete, and
-  written, once its backward ran. In a job of ranks (torchrun's ``RANK``, ``LOCAL_RANK`` or
-  ``WORLD_SIZE``, or an initialized process group) it is lowered with the forward: the owner of a
-  flight hands its waiters each frame whole as soon as it is compiled, before its step waits in a
-  collective on them. A function whose training frames ran no backward for ``NO_BACKWARD_S``, or
-  by ``close()`` (a forward with grad-requiring parameters, called without one), has its backward
-  lowered then, off its first output (``compat.autograd``; counted ``dynamo_backward_ahead``), and
-  its entry written. Where that cannot be done (DDPOptimizer's buckets; the interpreter's exit,
-  where no pool takes a kernel), a note goes to the tiers
-  beside its entry (counted ``dynamo_no_backward``), its flight ends (its waiters trace), and the
-  next process that compiles it lowers the backward with the forward.
+- The backward: lowered at its first backward, as stock lowers it, so a training frame's package is
+  complete, and written, once its backward ran; with the forward in a rank of a job; lowered ahead
+  where it never ran, else noted in the tiers for the next process (``wrapper/backwards.py``).
 """
 
 from __future__ import annotations
@@ -49,7 +40,6 @@ import functools
 import hashlib
 import inspect
 import logging
-import os
 import sys
 import threading
 import time
@@ -66,6 +56,7 @@ from ..cache.inflight import Claims
 from ..cache.keys import FRAMES_GENERATIONS, frames_backward_note, frames_generation, frames_key
 from ..observe.stats import Stats
 from . import compat
+from .backwards import NO_BACKWARD_S, job_of_ranks, lower_ahead
 from .flights import Flights
 
 log = logging.getLogger("raycompile.frames")
@@ -74,8 +65,6 @@ log = logging.getLogger("raycompile.frames")
 SAVED_BACKENDS = frozenset({"inductor", "raycompile"})
 # an entry is written once no frame was traced for this long and none is being compiled
 PUBLISH_DELAY_S = 5.0
-# a function whose frames were traced this long ago and still lack a backward ran none: noted
-NO_BACKWARD_S = 60.0
 BLOB = "entry"
 _DESCRIBE_DEPTH = 3  # how deep non-module attributes (configs) are described
 _DESCRIBE_ITEMS = 64  # items of a container described, beyond which its length stands in
@@ -93,6 +82,7 @@ class _Known:
     traced: int = 0  # frames this process traced itself (a function whose frames were all loaded or served has none)
     last_traced: float = 0.0  # when (time.monotonic) this process last traced one of its frames
     backward_noted: bool = False  # a process ran no backward of its training frames (frames_backward_note)
+    device: int | None = None  # the CUDA device its frames were last traced on (None: CPU, or CUDA not up)
 
 
 class FrameCache:
@@ -124,7 +114,7 @@ class FrameCache:
 
     def install(self) -> None:
         """Redirect Dynamo's precompile cache here, now (imports Dynamo: about a second)."""
-        self._installed = compat.frames_stored(self, backward_with_forward=_job_of_ranks())
+        self._installed = compat.frames_stored(self, backward_with_forward=job_of_ranks())
         self._installed.__enter__()
         atexit.register(self._at_exit)
 
@@ -217,7 +207,7 @@ class FrameCache:
         self.stats.missed(f"compiled frames of {label}", base)
         if self.flights is not None and not self.flights.claim(base, sid, label, package, lambda: self._newest(known)):
             return None  # another process of this node compiles it: its frames are served as they come
-        if (known.backward_noted or _job_of_ranks()) and not compat.precompile.backward_with_forward():
+        if (known.backward_noted or job_of_ranks()) and not compat.precompile.backward_with_forward():
             compat.precompile.lower_backward_with_forward()  # its entry is complete without a backward
         if self.on_miss is not None:
             self.on_miss(options)
@@ -264,6 +254,7 @@ class FrameCache:
         if known is not None:
             known.traced += 1
             known.last_traced = time.monotonic()
+            known.device = compat.devices.current_index()
             self.stats.frames(known.label, traced=1)
         if self.flights is not None:
             self.flights.traced(sid)
@@ -405,20 +396,8 @@ class FrameCache:
         due = [(sid, known) for sid, known in lacking if not known.backward_noted
                and (final or now - known.last_traced >= NO_BACKWARD_S)]
         waiting = len(due) < len([k for _, k in lacking if not k.backward_noted])
-        if due and _exiting():
-            # the interpreter's exit: no pool takes a kernel now, and compiling them one by one
-            # would hold the exit up; the note below lets the next process lower it instead
-            log.debug("raycompile: exiting: %d functions' backwards not lowered ahead", len(due))
-        elif due:
-            # lowered here, as their first backward would: the packages are complete and written
-            sids = [sid for sid, _ in due]
-            try:
-                lowered, _ = compat.autograd.lower_backwards(compat.autograd.missing_backends(sids))
-            except Exception as e:  # noqa: BLE001 - a seam moved, say: noted below, as for any left lazy
-                lowered = 0
-                log.debug("raycompile: no backward lowered ahead (%s: %s)", type(e).__name__, e)
-            ready, _ = compat.precompile.recorded()
-            done = {sid for sid in sids if sid in ready}
+        if due:  # lowered here, as their first backward would: the packages complete, written
+            done, lowered = lower_ahead({sid: known.device for sid, known in due})
             if done:
                 compat.precompile.save(done)
             self.stats.add(dynamo_backward_ahead=lowered)
@@ -459,31 +438,6 @@ class FrameCache:
             "raycompile": __version__,
             "tag": [tag, self.output_tag],
         }
-
-
-def _exiting() -> bool:
-    """Whether the interpreter is exiting (its thread pools, Inductor's and the farm's, refuse work:
-    ``concurrent.futures`` stops them before ``atexit`` handlers run)."""
-    import concurrent.futures
-
-    try:
-        with concurrent.futures.ThreadPoolExecutor(1) as probe:
-            probe.submit(int).result(timeout=10)
-    except RuntimeError:
-        return True
-    return False
-
-
-def _job_of_ranks() -> bool:
-    """Whether this process is a rank of a job (torchrun's variables, or a process group of more
-    than one): its frames' backward is lowered with the forward (see the module's docstring)."""
-    env = os.environ
-    if env.get("RANK", "").isdigit() or env.get("LOCAL_RANK", "").isdigit():
-        return True
-    if env.get("WORLD_SIZE", "").isdigit() and int(env["WORLD_SIZE"]) > 1:
-        return True
-    dist = getattr(torch, "distributed", None)
-    return bool(dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
 
 
 def _absent(got: Any) -> bool:
