@@ -75,7 +75,7 @@ def lower_ahead(due: dict[str, int | None]) -> tuple[set[str], int]:
         sids = [sid for sid, where in due.items() if where == index]
         try:
             with _on_device(index):
-                lowered += compat.autograd.lower_backwards(compat.autograd.missing_backends(sids))[0]
+                lowered += compat.autograd.lower_backwards(compat.precompile.missing_backends(sids))[0]
         except Exception as e:  # noqa: BLE001 - a seam moved, say: left to the caller's note
             log.debug("raycompile: no backward lowered ahead (%s: %s)", type(e).__name__, e)
     ready, _ = compat.precompile.recorded()

@@ -25,10 +25,6 @@ SEAMS: Seams = {
     "_guards.tracing": ("torch._guards", "tracing"),
     "_guards.compile_context": ("torch._guards", "compile_context"),
     "convert_frame.compile_lock": ("torch._dynamo.convert_frame", "compile_lock"),
-    "precompile_context.PrecompileContext._dynamo_cache_entries": (
-        "torch._dynamo.precompile_context", "PrecompileContext._dynamo_cache_entries"),
-    "precompile_context.PrecompileContext._backend_artifacts_by_key": (
-        "torch._dynamo.precompile_context", "PrecompileContext._backend_artifacts_by_key"),
 }
 
 log = logging.getLogger("raycompile.frames")
@@ -122,14 +118,3 @@ def _lower_all(backend_ids: set[str] | None) -> tuple[int, int]:
             log.debug("raycompile: a backward could not be lowered ahead (%s: %s)", type(e).__name__, e)
         left += 1
     return lowered, left
-
-
-def missing_backends(source_ids: list[str]) -> set[str]:
-    """The precompile backend ids the packages of ``source_ids`` lack (their graphs' entries,
-    which a lazily lowered backward writes)."""
-    from torch._dynamo.precompile_context import PrecompileContext
-
-    have = PrecompileContext._backend_artifacts_by_key
-    entries = PrecompileContext._dynamo_cache_entries
-    return {b for sid in source_ids if sid in entries for c in entries[sid].codes if not c.bypassed
-            for b in c.backend_ids if b not in have}

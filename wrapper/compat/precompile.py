@@ -244,6 +244,17 @@ def recorded() -> tuple[dict[str, int], list[str]]:
     return complete, incomplete
 
 
+def missing_backends(source_ids: list[str]) -> set[str]:
+    """The backend ids the packages of ``source_ids`` lack: their training graphs' AOTAutograd
+    entries, which a backward lowered lazily writes (``autograd.lower_backwards``)."""
+    from torch._dynamo.precompile_context import PrecompileContext
+
+    have = PrecompileContext._backend_artifacts_by_key
+    entries = PrecompileContext._dynamo_cache_entries
+    return {b for sid in source_ids if sid in entries for c in entries[sid].codes if not c.bypassed
+            for b in c.backend_ids if b not in have}
+
+
 def save(source_ids: set[str], wait: float | None = None) -> bool:
     """Write the complete packages in ``source_ids`` through the cache's ``write`` (under Dynamo's
     compile lock, so no frame is being traced meanwhile). Others are left as they are. ``wait``:
