@@ -57,6 +57,26 @@ def wait_for_job(raylets: set[int] | dict[int, Any], timeout: float, stop: threa
     return None
 
 
+def freeze_on_job(pid: int, raylets: set[int] | dict[int, Any]) -> bool:
+    """SIGSTOP a worker seen on a farm job and keep it stopped only if it is still on that job.
+
+    A worker resets its title before it replies to the job's owner, and it replies straight to
+    the owner, not through its raylet. So a worker stopped while its title still names the job
+    has not handed the result over: killing it (or its node) afterwards is sure to lose the job.
+    Returns False (the worker resumed) when the job was over already."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return False
+    if pid in executing_workers(raylets):
+        return True
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+    return False
+
+
 class WorkerKiller(threading.Thread):
     """SIGKILLs up to ``count`` workers of ``raylets``, each while it runs a farm job (``delay``
     seconds after it started one, so the kill lands mid-compile). ``killed`` lists the pids."""
@@ -75,7 +95,7 @@ class WorkerKiller(threading.Thread):
             if pid is None:
                 return
             time.sleep(self.delay)
-            if pid in executing_workers(self.raylets):  # still on the job
+            if freeze_on_job(pid, self.raylets):  # still on the job, and now sure to lose it
                 os.kill(pid, signal.SIGKILL)
                 self.killed.append(pid)
 

@@ -9,9 +9,11 @@ another version (a ``sitecustomize`` on their PYTHONPATH) — what the farm read
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pathlib
+import signal
 import subprocess
 import textwrap
 import threading
@@ -22,7 +24,7 @@ from typing import Any
 import pytest
 import torch
 from farmrun import compile_fresh, compile_on_farm
-from faults import WorkerKiller, executing_workers, raylet_of, raylet_pids, sound_entries, wait_for_job
+from faults import WorkerKiller, freeze_on_job, raylet_of, raylet_pids, sound_entries, wait_for_job
 from raystart import ray_cluster
 
 import raycompile
@@ -87,9 +89,13 @@ def test_a_node_removed_mid_run_the_run_completes(cluster: Any, model_and_stock:
             pid = wait_for_job(workers, timeout=deadline - time.monotonic())
             if pid is None:
                 return
-            if pid in executing_workers(workers):  # still on its job (a short one may be over already)
+            # Stopped while still on its job (a short one may be over already), the worker cannot
+            # reply to its owner while its node goes; it is killed with it.
+            if freeze_on_job(pid, workers):
                 node = workers[raylet_of(pid)]
                 cluster.remove_node(node, allow_graceful=False)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
                 removed.append(node)
                 return
 
