@@ -22,8 +22,10 @@ decides what an entry is called, where it lives, and when it is written:
   checked (``compat.loads``: versions, inlined sources unchanged, backends present, guards
   unpickle); one that fails is counted ``dynamo_invalid`` and an older generation, else tracing,
   takes over. A guard miss on a loaded function traces as stock does (counted).
-- Writing: in the background, once no frame was traced for ``PUBLISH_DELAY_S`` and Dynamo is not
-  compiling (so the frames of one step, a graph break's resume functions, go into one generation);
+- Writing: in the background, once no frame was traced for ``PUBLISH_DELAY_S``, Dynamo is not
+  compiling and the call that traced the last frame returned (at most ``CALL_WAIT_S``), so the
+  frames of one step, a graph break's resume functions, go into one generation, and a single
+  flight does not end before its step's later frames;
   ``close()`` and the interpreter's exit write what is left. Only complete packages are written
   (each frame with its forward and backward). A frame torch cannot save (it cannot name its code:
   a function reached through a property; an object Dynamo installed by id, other than a module) is
@@ -65,6 +67,8 @@ log = logging.getLogger("raycompile.frames")
 SAVED_BACKENDS = frozenset({"inductor", "raycompile"})
 # an entry is written once no frame was traced for this long and none is being compiled
 PUBLISH_DELAY_S = 5.0
+# ... and once the call that traced the last frame returned, or this long after that frame
+CALL_WAIT_S = 300.0
 BLOB = "entry"
 _DESCRIBE_DEPTH = 3  # how deep non-module attributes (configs) are described
 _DESCRIBE_ITEMS = 64  # items of a container described, beyond which its length stands in
@@ -104,6 +108,8 @@ class FrameCache:
         self._known: dict[str, _Known] = {}  # torch's source id -> ours
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
+        # the call that traced the last frame: (its thread's id, its outermost torch.compile frame, when)
+        self._call: tuple[int, Any, float] | None = None
         self._closed = False
         self._installed: Any = None
         self._install_error: Exception | None = None
@@ -152,6 +158,7 @@ class FrameCache:
         with self._lock:
             self._closed = True
             timer, self._timer = self._timer, None
+            self._call = None
         if timer is not None:
             timer.cancel()
         self.publish(final=True)
@@ -258,6 +265,9 @@ class FrameCache:
             self.stats.frames(known.label, traced=1)
         if self.flights is not None:
             self.flights.traced(sid)
+        call = compat.dynamo.compiled_call()
+        with self._lock:
+            self._call = (threading.get_ident(), call, time.monotonic()) if call is not None else None
         self._schedule()
 
     def unsaveable(self, sid: str, why: str) -> None:
@@ -333,13 +343,31 @@ class FrameCache:
 
     def _publish_when_idle(self) -> None:
         """The timer's: write now, unless Dynamo is compiling (the next frame of the same step,
-        most likely): then wait again, so one step's frames go into one generation."""
+        most likely), or the call that traced the last frame is still running (its frames may run
+        longer than ``publish_delay_s`` before the next is traced: a graph break's resume frame
+        after a first run that tunes kernels, say): then wait again, so one step's frames go into
+        one generation. Writing the entry ends the function's single flight (its waiters then
+        trace what it lacks), so a step's later frames must not miss it."""
         with self._lock:
             self._timer = None
-        if compat.precompile.compiling():
+        if compat.precompile.compiling() or self._in_traced_call():
             self._schedule()
             return
         self.publish()
+
+    def _in_traced_call(self) -> bool:
+        """Whether the call that traced the last frame is still running (for at most ``CALL_WAIT_S``)."""
+        with self._lock:
+            call = self._call
+        if call is None:
+            return False
+        thread_id, frame, since = call
+        if time.monotonic() - since < CALL_WAIT_S and _running(thread_id, frame):
+            return True
+        with self._lock:
+            if self._call is call:
+                self._call = None  # its frame's locals (the call's arguments) are let go
+        return False
 
     def _publish_in_flight(self, sid: str, claim: Any, wait: float) -> bool:
         """What this process compiled of ``sid`` so far, into its claim (if complete and grown),
@@ -438,6 +466,16 @@ class FrameCache:
             "raycompile": __version__,
             "tag": [tag, self.output_tag],
         }
+
+
+def _running(thread_id: int, frame: Any) -> bool:
+    """Whether ``frame`` is on the stack of thread ``thread_id`` now."""
+    current = sys._current_frames().get(thread_id)
+    while current is not None:
+        if current is frame:
+            return True
+        current = current.f_back
+    return False
 
 
 def _absent(got: Any) -> bool:

@@ -5,16 +5,30 @@ saves its stats, loss and gradients.
     python frames_driver.py ADDRESS SHARED_URL CACHE_DIR OUT.pt BATCH [stock]
 
 With ``stock`` it then also compiles the same step with stock Inductor (raycompile disabled, fresh
-Dynamo and Inductor caches) and saves that loss and those gradients too."""
+Dynamo and Inductor caches) and saves that loss and those gradients too. With
+``FRAMES_DRIVER_PAUSE_S`` set, the step of a process that traced its first frame sleeps that long at
+its graph break (a call Dynamo does not trace): a compiling process whose first run of a frame is
+long (it tunes the kernels) reaches the next frame late, while a process served those frames,
+with nothing left to tune, reaches it at once."""
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 
 import torch
 
 import raycompile
 from raycompile.wrapper import compat
+
+PAUSE_S = float(os.environ.get("FRAMES_DRIVER_PAUSE_S", "0"))
+
+
+@torch._dynamo.disable
+def pause() -> None:
+    if compat.precompile.traced_frames():
+        time.sleep(PAUSE_S)
 
 
 class Block(torch.nn.Module):
@@ -28,7 +42,10 @@ class Block(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.nn.functional.gelu(self.a(x))
-        torch._dynamo.graph_break()
+        if PAUSE_S:
+            pause()  # the graph break, slept through
+        else:
+            torch._dynamo.graph_break()
         return torch.tanh(self.b(y)).sum()
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from guard_libs import minus, plus  # noqa: E402
+from guard_libs import minus, plus, registry  # noqa: E402
 
 Step = tuple[str, Callable[[], torch.Tensor]]
 X = torch.arange(4.0)
@@ -130,6 +130,12 @@ def reads_environ(x: torch.Tensor) -> torch.Tensor:
 ENV_SCALE = "RAYCOMPILE_GUARDS_SCALE"
 
 
+def reads_registry(x: torch.Tensor) -> torch.Tensor:
+    """Reads a library's registry (a module's attribute) by a class (its second key), as
+    transformers' models read theirs: Dynamo guards the value under the registry's second key."""
+    return x * registry.REGISTRY.get_for(registry.Decoder)
+
+
 def plain(x: torch.Tensor) -> torch.Tensor:
     return (x * x).sum(-1)
 
@@ -176,6 +182,7 @@ def scenarios(full: bool) -> list[tuple[str, list[Step]]]:
     f_over = torch.compile(over_module(inner))
     f_plain = torch.compile(plain)
     f_environ = torch.compile(reads_environ)
+    f_registry = torch.compile(reads_registry)
     f_backend = torch.compile(for_user_backend, backend=counting_backend)
 
     def set_cell(value: object) -> Callable[[], torch.Tensor]:
@@ -189,6 +196,13 @@ def scenarios(full: bool) -> list[tuple[str, list[Step]]]:
         def step() -> torch.Tensor:
             setattr(obj, name, value)
             return call()
+
+        return step
+
+    def set_decoder(value: float) -> Callable[[], torch.Tensor]:
+        def step() -> torch.Tensor:
+            registry.REGISTRY[registry.Decoder()] = value
+            return f_registry(X)
 
         return step
 
@@ -214,6 +228,7 @@ def scenarios(full: bool) -> list[tuple[str, list[Step]]]:
         ("closed-over module", [("first", lambda: f_over(X)),
                                 ("its submodule", set_attr(inner, "act", torch.nn.Tanh(), lambda: f_over(X)))]),
         ("environment variable", [("first", lambda: f_environ(X))]),
+        ("a library's registry", [("first", lambda: f_registry(X)), ("value changed", set_decoder(4.0))]),
         ("shape and dtype", [("first", lambda: f_plain(torch.ones(3, 4))),
                              ("shape", lambda: f_plain(torch.ones(3, 6))),
                              ("dtype", lambda: f_plain(torch.ones(3, 4, dtype=torch.float64)))]),

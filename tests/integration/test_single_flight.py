@@ -1,6 +1,7 @@
 """One compile per job (issue 31): three ranks (processes with empty Inductor caches of their own,
 joined with no address to the machine's `ray start` cluster, Ray's defaults) compile the same
-training step at once (a CPU model with a graph break: two frames). One traces and compiles it;
+training step at once (a CPU model with a graph break: two frames; the first test's step sleeps at
+the break, longer than the owner waits before writing its entry). One traces and compiles it;
 the others trace nothing (torch's own counters: no frame converted, no graph) and run the frames
 the owner compiled, served as it compiled them. Every rank's loss and gradients are bitwise those
 of stock Inductor.
@@ -41,12 +42,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def start(ray_tmpdir: str, node_cache: pathlib.Path, where: pathlib.Path, stock: bool = False,
-          shared: str = "none", rank: int = 0) -> subprocess.Popen[str]:
+          shared: str = "none", rank: int = 0, pause_s: float = 0.0) -> subprocess.Popen[str]:
     """A rank: a new process with Inductor caches of its own, the node's raycompile cache dir and
-    the ``shared`` tier, and torchrun's ``RANK`` and ``LOCAL_RANK`` (an entry is shared by ranks)."""
+    the ``shared`` tier, and torchrun's ``RANK`` and ``LOCAL_RANK`` (an entry is shared by ranks).
+    ``pause_s``: the step sleeps that long between its two frames (frames_driver.py)."""
     where.mkdir(parents=True)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"), "TRITON_CACHE_DIR": str(where / "triton"),
-           "RAY_TMPDIR": ray_tmpdir, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+           "RAY_TMPDIR": ray_tmpdir, "RANK": str(rank), "LOCAL_RANK": str(rank), "FRAMES_DRIVER_PAUSE_S": str(pause_s)}
     for name in ("RAYCOMPILE_SECRET", "RAY_ADDRESS", "RAY_AUTH_MODE"):
         env.pop(name, None)
     args = ["", shared, str(node_cache), str(where / "out.pt"), "8"] + (["stock"] if stock else [])
@@ -65,10 +67,18 @@ def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 
 def test_three_ranks_of_two_nodes_compile_once(cluster: str, tmp_path: pathlib.Path) -> None:
+    """The step's first frame runs longer than the owner waits before it writes an entry
+    (``frames.PUBLISH_DELAY_S``), as a first run that tunes kernels does: the entry, which ends
+    the flight, must still hold the frame after the break, or the waiters trace it."""
+    from raycompile.wrapper.frames import PUBLISH_DELAY_S
+
+    pause = PUBLISH_DELAY_S + 2
     nodes = [tmp_path / "node-a-cache", tmp_path / "node-a-cache", tmp_path / "node-b-cache"]
-    ranks = [start(cluster, node, tmp_path / f"rank{i}", shared="ray://head", rank=i) for i, node in enumerate(nodes)]
+    ranks = [start(cluster, node, tmp_path / f"rank{i}", shared="ray://head", rank=i, pause_s=pause)
+             for i, node in enumerate(nodes)]
     results = [finish(p, tmp_path / f"rank{i}") for i, p in enumerate(ranks)]
-    stock = finish(start(cluster, tmp_path / "other-node", tmp_path / "stock", stock=True), tmp_path / "stock")
+    stock = finish(start(cluster, tmp_path / "other-node", tmp_path / "stock", stock=True, pause_s=pause),
+                   tmp_path / "stock")
 
     rows = [r["stats"]["dynamo_functions"]["__main__.Block.forward"] for r in results]
     assert sorted(row.get("role", "") for row in rows) == ["owner", "waiter", "waiter"], rows

@@ -48,6 +48,7 @@ SEAMS: Seams = {
     "precompile_context.DynamoCache": ("torch._dynamo.precompile_context", "DynamoCache"),
     "eval_frame._TorchDynamoContext": ("torch._dynamo.eval_frame", "_TorchDynamoContext"),
     "eval_frame.innermost_fn": ("torch._dynamo.eval_frame", "innermost_fn"),
+    "eval_frame.__file__": ("torch._dynamo.eval_frame", "__file__"),
     "package.CompilePackage.code_context": ("torch._dynamo.package", "CompilePackage.code_context"),
     "package.CompilePackage._add_user_function": ("torch._dynamo.package", "CompilePackage._add_user_function"),
     "package.CompilePackage._add_function": ("torch._dynamo.package", "CompilePackage._add_function"),
@@ -504,6 +505,23 @@ def compiled_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     from torch._dynamo.eval_frame import innermost_fn
 
     return innermost_fn(fn)
+
+
+def compiled_call() -> Any | None:
+    """The frame of the outermost call through ``torch.compile``'s wrappers on this thread's stack
+    (``OptimizedModule.__call__``, the compiled function's wrapper: code of
+    ``torch/_dynamo/eval_frame.py``), or None. While that frame object is on its thread's stack,
+    the call that is compiling now has not returned (``wrapper/frames.py``)."""
+    import torch._dynamo.eval_frame as eval_frame
+
+    where = eval_frame.__file__
+    outermost = None
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == where:
+            outermost = frame
+        frame = frame.f_back
+    return outermost
 
 
 def source_id(fn: Callable[..., Any]) -> str:

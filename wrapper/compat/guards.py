@@ -161,8 +161,9 @@ def compile_time_values(builder: Any, guards: Any) -> dict[Any, Any]:
             continue
         if id(value) not in tried:  # the values live in the builder's cache meanwhile: ids stay theirs
             try:
-                GuardsStatePickler(builder.guard_tree_values, {}, {}, io.BytesIO()).dump(value)
-                tried[id(value)] = None
+                buffer = io.BytesIO()
+                GuardsStatePickler(builder.guard_tree_values, {}, {}, buffer).dump(value)
+                tried[id(value)] = _lossy(value, buffer.getvalue())
             except Exception as e:  # noqa: BLE001 - whatever pickle raises
                 tried[id(value)] = e
         if (e := tried[id(value)]) is not None:
@@ -174,6 +175,24 @@ def compile_time_values(builder: Any, guards: Any) -> dict[Any, Any]:
             continue
         out[source] = value
     return out
+
+
+def _lossy(value: Any, pickled: bytes) -> Exception | None:
+    """Why a container of a subclass (a dict, list or set type of a library's) does not come back
+    as it was from ``pickled``, else None. Unpickling fills a dict through its ``__setitem__``:
+    transformers' ``_CanRecordRegistry`` stores ``str(key.__class__)`` there, so every key comes
+    back as ``"<class 'str'>"`` and a guard on its second key finds none."""
+    import pickle
+
+    if type(value) in (dict, list, set) or not isinstance(value, (dict, list, set)):
+        return None
+    try:
+        copy = pickle.loads(pickled)
+    except Exception as e:  # noqa: BLE001 - whatever unpickling raises
+        return e
+    same = list(dict.items(copy)) == list(dict.items(value)) if isinstance(value, dict) else copy == value
+    return None if type(copy) is type(value) and same else ValueError(
+        f"a {type(value).__qualname__} does not come back from pickle as it was")
 
 
 def _value_or_none(builder: Any, source: Any) -> Any:

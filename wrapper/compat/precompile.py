@@ -407,11 +407,26 @@ def install_into(package: Any, entry: Any) -> list[tuple[Any, Any, Any]]:
     # finished entry); in frames still in flight it is one not compiled yet (a resume function
     # the owner has not reached): it must come back to Dynamo, to be served once it is
     dynamo_eval_frame.skip_code = lambda code, recursive=False: None
+    # torch's install first removes the globals the last install added (the resume functions and
+    # backends that the frames running now call next). It lists a name once per frame that added
+    # it (two frames of one module importing torch both add ``__import_torch``) and removes it as
+    # often: the second removal raises KeyError halfway. So each name is listed once; and one
+    # that fails halfway all the same would leave them removed: those not added again are put back.
+    added = getattr(package, "_installed_globals", {})
+    for names in added.values():
+        names[:] = list(dict.fromkeys(names))
+    before = {module: {name: module.__dict__[name] for name in names if name in module.__dict__}
+              for module, names in added.items()}
     try:
         fn = package._innermost_fn
         package._initialized = False
         package.initialize(fn, entry.dynamo, ignore_inlined_sources=False)
         package.install(entry.backends)
+    except BaseException:
+        for module, values in before.items():
+            for name, value in values.items():
+                module.__dict__.setdefault(name, value)
+        raise
     finally:
         eval_frame._load_precompile_entry = stock
         dynamo_eval_frame.skip_code = stock_skip
