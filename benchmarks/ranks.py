@@ -84,6 +84,7 @@ def rank(model: str, case: str, mode: str | None) -> None:
             handler.setFormatter(logging.Formatter("%(relativeCreated)8.0f %(threadName)s %(name)s: %(message)s"))
             logging.getLogger("raycompile").addHandler(handler)
             logging.getLogger("raycompile").setLevel(logging.DEBUG)
+            logging.getLogger("raycompile.frames").setLevel(logging.DEBUG)
         raycompile.enable()
     elif case.startswith("stock-dist"):
         # stock's own distributed max-autotune: a process group over the ranks (gloo: these ranks
