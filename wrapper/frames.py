@@ -285,7 +285,16 @@ class FrameCache:
 
     def write(self, entry: Any, sid: str) -> None:
         """Write ``entry`` (what Dynamo's ``save_to_dynamo_cache`` made for ``sid``) as the next
-        generation of its key."""
+        generation of its key. One that cannot be written is counted and left out; torch's save
+        goes on with the other functions' entries."""
+        try:
+            self._write(entry, sid)
+        except Exception as e:  # noqa: BLE001 - this function's next process traces it, never this one
+            self.stats.add(dynamo_write_failed=1)
+            log.warning("raycompile: could not write the compiled frames of %s to the cache (%s: %s); the next "
+                        "process traces them again", getattr(self._known.get(sid), "label", sid), type(e).__name__, e)
+
+    def _write(self, entry: Any, sid: str) -> None:
         known = self._known.get(sid)
         if known is None:  # compiled outside torch.compile's load: no key to file it under
             return

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from guard_libs import minus, plus, registry  # noqa: E402
+from guard_libs import minus, ops, plus, registry  # noqa: E402, F401 - ops registers torch.ops.raycompile_guard_libs
 
 Step = tuple[str, Callable[[], torch.Tensor]]
 X = torch.arange(4.0)
@@ -136,6 +136,12 @@ def reads_registry(x: torch.Tensor) -> torch.Tensor:
     return x * registry.REGISTRY.get_for(registry.Decoder)
 
 
+def calls_custom_op(x: torch.Tensor) -> torch.Tensor:
+    """Calls a library's custom op through its ``torch.ops`` namespace (a module object that
+    ``importlib`` cannot import: its guard must still pickle and load)."""
+    return torch.ops.raycompile_guard_libs.twice(x) + 1
+
+
 def plain(x: torch.Tensor) -> torch.Tensor:
     return (x * x).sum(-1)
 
@@ -183,6 +189,7 @@ def scenarios(full: bool) -> list[tuple[str, list[Step]]]:
     f_plain = torch.compile(plain)
     f_environ = torch.compile(reads_environ)
     f_registry = torch.compile(reads_registry)
+    f_custom_op = torch.compile(calls_custom_op)
     f_backend = torch.compile(for_user_backend, backend=counting_backend)
 
     def set_cell(value: object) -> Callable[[], torch.Tensor]:
@@ -229,6 +236,7 @@ def scenarios(full: bool) -> list[tuple[str, list[Step]]]:
                                 ("its submodule", set_attr(inner, "act", torch.nn.Tanh(), lambda: f_over(X)))]),
         ("environment variable", [("first", lambda: f_environ(X))]),
         ("a library's registry", [("first", lambda: f_registry(X)), ("value changed", set_decoder(4.0))]),
+        ("a library's custom op", [("first", lambda: f_custom_op(X))]),
         ("shape and dtype", [("first", lambda: f_plain(torch.ones(3, 4))),
                              ("shape", lambda: f_plain(torch.ones(3, 6))),
                              ("dtype", lambda: f_plain(torch.ones(3, 4, dtype=torch.float64)))]),

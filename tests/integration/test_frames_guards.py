@@ -1,7 +1,8 @@
 """Compiled frames notice what stock notices (issue 31): the guard scenarios of ``guards_driver.py``
 (a rebound global function, class or module, a rebound global before the first call, a type passed
 in, a replaced ``__call__``, closure cell or closed-over module's submodule, a module's attribute
-and submodule, a library's registry that does not survive a pickle and a value changed in it,
+and submodule, a library's registry that does not survive a pickle and a value changed in it, a
+library's custom op called through its ``torch.ops`` namespace,
 another shape and dtype, and a user's own backend) run in new processes, each with
 empty Inductor and raycompile caches of its own, against one ``file://`` shared tier:
 

@@ -66,6 +66,7 @@ SEAMS: Seams = {
     "guards.exc.PackageError": ("torch._dynamo.exc", "PackageError"),
     "ops.OpOverload": ("torch._ops", "OpOverload"),
     "ops.OpOverloadPacket": ("torch._ops", "OpOverloadPacket"),
+    "ops._OpNamespace": ("torch._ops", "_OpNamespace"),
     "guards.GuardBuilder.src_get_value_cache": ("torch._dynamo.guards", "GuardBuilder.__init__"),
 }
 
@@ -226,6 +227,9 @@ def identities_saved(unbuilt: Callable[[str], None]) -> Iterator[None]:
     stock_load = package.load_guard_manager
     stock_pickle_state = guards.pickle_guards_state
     stock_get = guards.GuardBuilder.__dict__["get"]
+    import torch
+
+    torch_ops, op_namespace = torch.ops, torch._ops._OpNamespace
 
     def pickle_guards_state(state: Any, builder: Any) -> bytes:
         state._raycompile_values = compile_time_values(builder, state.output_graph._guards)
@@ -250,6 +254,8 @@ def identities_saved(unbuilt: Callable[[str], None]) -> Iterator[None]:
             return _class_attr, (obj.__objclass__, obj.__name__)
         if isinstance(obj, types.MethodWrapperType):
             return getattr, (obj.__self__, obj.__name__)
+        if isinstance(obj, op_namespace):  # torch.ops.<library>: a module importlib cannot import
+            return getattr, (torch_ops, obj.name)
         if isinstance(obj, type) and obj in _TYPES_BY_NAME:  # types.FunctionType and kin
             return getattr, (types, _TYPES_BY_NAME[obj])
         if isinstance(obj, types.CodeType) and getattr(obj, "co_qualname", None):
