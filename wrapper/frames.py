@@ -286,7 +286,11 @@ class FrameCache:
     def write(self, entry: Any, sid: str) -> None:
         """Write ``entry`` (what Dynamo's ``save_to_dynamo_cache`` made for ``sid``) as the next
         generation of its key. One that cannot be written is counted and left out; torch's save
-        goes on with the other functions' entries."""
+        goes on with the other functions' entries. Frames in flight raise instead: the watcher
+        tries them again at its next round."""
+        if getattr(self._route, "claim", None) is not None:
+            self._write(entry, sid)
+            return
         try:
             self._write(entry, sid)
         except Exception as e:  # noqa: BLE001 - this function's next process traces it, never this one
