@@ -9,7 +9,8 @@ one GPU here, ``cuda:0``; ``RANK`` and ``WORLD_SIZE`` set), building the step of
 transformers model, random weights) and calling it once, compiled with ``--mode`` (default:
 torch.compile's default). The ranks of one run share the node's cache dirs (Inductor's, and for
 the farm raycompile's), empty at the start. Cases:
-- ``stock``: ``torch.compile``;
+- ``stock``: ``torch.compile``; ``stock-nonlazy`` with each training graph's backward lowered
+  with its forward (``force_non_lazy_backward_lowering``, as the farm's ranks lower it);
 - ``stock-dist``: stock with its own distributed max-autotune (``distributed_max_autotune_gemm``:
   each rank times 1/world of the GEMM decisions, the picks shared by an all-gather over a gloo
   process group of the ranks, as NCCL cannot share one GPU) and ``pipeline_max_autotune_gemm``
@@ -32,8 +33,8 @@ modules; ``picks_differ_from_rank0``, and ``picks_differ_from_stock_rank0`` agai
 Prints a table and the ratios to stock measured in the same run; writes JSON under
 benchmarks/results/. Each rank's phases (``phases_s``: torch imported, enable() returned, model
 built, first output; seconds from the common start) show where a slow rank lost its time;
-``--sample PY_SPY`` runs the farm's ranks under py-spy (``ranks_LABEL_sampled_MODEL_N_rankI.json``,
-read with `python benchmarks/timeline.py`).
+``--sample PY_SPY`` runs every case's ranks under py-spy
+(``ranks_LABEL_sampled_MODEL_N_CASE_rankI.json``, read with `python benchmarks/timeline.py`).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ sys.path.insert(0, str(HERE))
 from overhead import build, fresh, start_ray, stop_ray  # noqa: E402 - next to this script
 from picks import differ  # noqa: E402
 
-CASES = ("stock", "stock-dist", "stock-dist-nopipe", "farm")
+CASES = ("stock", "stock-nonlazy", "stock-dist", "stock-dist-nopipe", "farm")
 
 
 def rank(model: str, case: str, mode: str | None) -> None:
@@ -86,6 +87,10 @@ def rank(model: str, case: str, mode: str | None) -> None:
             logging.getLogger("raycompile").setLevel(logging.DEBUG)
             logging.getLogger("raycompile.frames").setLevel(logging.DEBUG)
         raycompile.enable()
+    elif case == "stock-nonlazy":
+        import torch._functorch.config as functorch_config
+
+        functorch_config.force_non_lazy_backward_lowering = True
     elif case.startswith("stock-dist"):
         # stock's own distributed max-autotune: a process group over the ranks (gloo: these ranks
         # share one GPU, where NCCL cannot), each rank timing 1/world of the GEMM decisions and the
@@ -285,7 +290,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=900, help="seconds a job may take (its ranks are then killed)")
     p.add_argument("--label", default="local")
     p.add_argument("--out", type=pathlib.Path, default=HERE / "results")
-    p.add_argument("--sample", default="", metavar="PY_SPY", help="run the farm's ranks under this py-spy")
+    p.add_argument("--sample", default="", metavar="PY_SPY", help="run every case's ranks under this py-spy")
     args = p.parse_args()
     if args.rank:
         rank(args.rank, args.case, args.mode)
@@ -308,14 +313,14 @@ def main() -> int:
             for case in args.cases:
                 env = fresh(work, f"{model}-{n}-{case}")
                 print(f"{model} x{n} {case} ...", flush=True)
+                prefix = str(args.out / f"ranks_{args.label}_sampled_{model}_{n}_{case}")
+                sample = (args.sample, prefix) if args.sample else None
                 try:
                     if case != "farm":
-                        jobs[case] = run_job(model, n, case, env, args.timeout, mode=args.mode)
+                        jobs[case] = run_job(model, n, case, env, args.timeout, sample, mode=args.mode)
                     else:
                         ray_proc, ray_env = start_ray(work / f"{model}-{n}-ray")  # a new cluster: nothing warm in it
                         try:
-                            prefix = str(args.out / f"ranks_{args.label}_sampled_{model}_{n}")
-                            sample = (args.sample, prefix) if args.sample else None
                             jobs[case] = run_job(model, n, case, {**env, **ray_env}, args.timeout, sample,
                                                  mode=args.mode)
                         finally:

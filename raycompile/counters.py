@@ -315,7 +315,7 @@ COUNTERS: tuple[Counter, ...] = (
     Counter(
         "dynamo_flight_traced",
         "single flight of compiled frames",
-        "frames the owner compiled for other inputs: traced here",
+        "frames traced here after all: the owner compiled them for other inputs, or could not save them",
     ),
     Counter(
         "dynamo_flight_gave_up",

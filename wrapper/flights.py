@@ -6,18 +6,20 @@ traces nothing (``cache/inflight.py`` holds the claims and the frames in flight)
 
 - ``claim`` (``wrapper/frames.py``, at ``torch.compile``'s lookup that found nothing): the owner
   compiles as usual; a waiter's ``torch.compile`` returns at once, as stock's does.
-- The owner's watcher thread publishes what it compiled so far once the owner stops compiling
-  (its frames run, or wait in a collective) after a frame it traced, and whenever a waiter has
-  appeared since (each frame complete: in a rank of a job its backward is lowered with its
-  forward; elsewhere a training frame is complete once its backward ran): the owner's
-  first step may wait in a collective on the waiters' ranks, so waiting for the whole step would
-  wait forever; a frame blocked there leaves the watcher free to publish it. While the owner
-  compiles, a publish (every frame so far, serialized under Dynamo's lock) comes only at the end
-  of a frame once the last is ``STALE_S`` old.
+- The owner publishes what it compiled so far, while anyone waits, as soon as a frame is complete
+  (in a rank of a job its backward is lowered with its forward; elsewhere a training frame is
+  complete once its backward ran): at the end of each frame it traces, on the compiling thread
+  (``traced``; spaced so that publishing costs that thread at most a tenth of its time), and from
+  its watcher thread when it stops compiling (its frames run, or wait in a collective on the
+  waiters' ranks: waiting for the whole step would wait forever). A publish serializes every
+  frame so far under Dynamo's lock. The waiters meanwhile load and run what they have: their
+  first run of the step's first frame (CUDA's and cuBLAS's start included) leaves their
+  critical path, which the owner's next frame's compile covers.
 - A waiter's frame (``serve``, where Dynamo would trace it) waits for the owner's frames, installs
   them, and runs the one whose guards its inputs pass. It traces the frame itself, counted, when
-  the owner compiled that frame for other inputs, finished without it, died (its lock is free), or
-  published nothing for ``wait_s``. Nothing waits longer.
+  the owner compiled that frame for other inputs or could not save it (both go on waiting for the
+  frames after it), finished without it, died (its lock is free), or published nothing for
+  ``wait_s``. Nothing waits longer.
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ from . import compat
 log = logging.getLogger("raycompile.frames")
 
 POLL_S = 0.05  # how often a waiter looks for the owner's next frames
-STALE_S = 15.0  # an owner compiling longer than this publishes at its next frame's end all the same
 WATCH_S = 0.25  # how often an owner looks for waiters that came after its last frame
 COALESCE_S = 0.2  # after a traced frame, how long the owner's watcher waits for the next before publishing
+SPACING = 9.0  # the owner's compiling thread publishes once this many times the last publish's cost has passed
 
 
 @dataclass
@@ -52,6 +54,8 @@ class _Wait:
     reloaded: bool = False
     started: float = field(default_factory=time.monotonic)
     installed: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (code, guard manager, compiled code)
+    converted: set[tuple[Any, ...]] = field(default_factory=set)  # frames the owner converted (compat.precompile)
+    trivial: set[tuple[Any, ...]] = field(default_factory=set)  # of those, the ones it compiled to nothing
     moved: bool = False  # what is installed was made on another CUDA device (compat.devices)
 
 
@@ -88,7 +92,9 @@ class Flights:
         self.inflight, self.stats, self.wait_s, self._publish = inflight, stats, wait_s, publish
         self._waiting: weakref.WeakKeyDictionary[Any, _Wait] = weakref.WeakKeyDictionary()
         self._owned: dict[str, FlightClaim] = {}  # source id -> the claim this process owns
-        self._published: dict[str, float] = {}  # source id -> when its frames were last published (or claimed)
+        self._waited_on: dict[str, bool] = {}  # source id -> whether the watcher last found waiters
+        self._cost: dict[str, float] = {}  # source id -> seconds its last publish took
+        self._last_end: dict[str, float] = {}  # source id -> when its last publish ended
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
@@ -111,7 +117,6 @@ class Flights:
             with self._lock:
                 old = self._owned.pop(sid, None)
                 self._owned[sid] = claim
-                self._published[sid] = time.monotonic()
             if old is not None:
                 old.release()
             self.stats.flight(label, "owner", claim.where)
@@ -138,18 +143,33 @@ class Flights:
     # -- the owner ---------------------------------------------------------------------------------
 
     def traced(self, sid: str) -> None:
-        """The owner traced a frame: the watcher publishes it (if anyone waits) off the compiling
-        thread, after the frames traced right after it (one publish serializes every frame so far).
-        A frame that then waits in a collective on the waiters' ranks releases the GIL and Dynamo's
-        lock to the watcher, so they get it before that collective can complete."""
-        if sid in self._owned:
-            self._wake.set()
+        """The owner traced a frame (Dynamo calls this at the frame's end, holding its lock). Where
+        waiters are known, what is complete is published here, before the next frame takes the
+        lock again: the watcher would have to win that lock from this thread. A publish
+        serializes every frame so far, so they are spaced to cost this thread at most
+        ``1 / (1 + SPACING)`` of its time; the watcher publishes the rest (once the owner stops
+        compiling: its frames run, or wait in a collective on the waiters' ranks, which releases
+        the GIL and Dynamo's lock to it)."""
+        claim = self._owned.get(sid)
+        if claim is None:
+            return
+        self._wake.set()
+        now = time.monotonic()
+        if self._waited_on.get(sid) and now - self._last_end.get(sid, 0.0) >= SPACING * self._cost.get(sid, 0.0):
+            try:
+                self._publish_timed(sid, claim, 0.0)
+            except Exception as e:  # noqa: BLE001 - never into Dynamo's compile: the watcher tries again
+                log.debug("raycompile: frames in flight not published (%s: %s)", type(e).__name__, e)
+
+    def _publish_timed(self, sid: str, claim: FlightClaim, wait: float) -> None:
+        t0 = time.monotonic()
+        if self._publish(sid, claim, wait):
+            self._cost[sid], self._last_end[sid] = time.monotonic() - t0, time.monotonic()
 
     def finished(self, sid: str) -> None:
         """``sid``'s entry is in the tiers: its flight is over."""
         with self._lock:
             claim = self._owned.pop(sid, None)
-            self._published.pop(sid, None)
         if claim is not None:
             claim.release()
 
@@ -169,29 +189,23 @@ class Flights:
                 owned = list(self._owned.items())
             if not owned:
                 return
-            # While the owner traces or lowers its next frame, nothing is published: a publish
-            # takes Dynamo's lock and holds the next frame back while it serializes every frame
-            # so far. What the owner compiled goes out once it stops compiling (its step runs, or
-            # waits in a collective): one publish, not one per frame; and, when it has compiled
-            # for STALE_S since the last, at the end of its current frame, so that its waiters see
-            # progress. The lock is never waited for longer than one round: counting the waiters
-            # renews a lease, and a frame's compile can outlast one.
+            # The lock is waited for one round at a time (counting the waiters renews a lease, and a
+            # frame's compile can outlast one); nothing complete and unpublished takes no lock.
             compiling = compat.precompile.compiling()
             for sid, claim in owned:
                 try:
-                    if not claim.waiters():
-                        continue
-                    stale = time.monotonic() - self._published.get(sid, 0.0) > STALE_S
-                    if (not compiling or stale) and self._publish(sid, claim, WATCH_S if compiling else 0.0):
-                        self._published[sid] = time.monotonic()
+                    self._waited_on[sid] = bool(claim.waiters())  # read by the compiling thread (traced)
+                    if self._waited_on[sid]:
+                        self._publish_timed(sid, claim, WATCH_S if compiling else 0.0)
                 except Exception as e:  # noqa: BLE001 - the waiters then trace it themselves, after their wait
                     log.debug("raycompile: frames in flight not published (%s: %s)", type(e).__name__, e)
 
     # -- a waiter ----------------------------------------------------------------------------------
 
-    def serve(self, package: Any, code: Any, f_locals: Any) -> tuple[Any, Any] | None:
+    def serve(self, package: Any, code: Any, f_locals: Any) -> tuple[Any, Any] | object | None:
         """(guard manager, compiled code) for the frame of ``code`` that the owner compiled and
-        whose guards ``f_locals`` pass, waiting for it; None: trace it here."""
+        whose guards ``f_locals`` pass, waiting for it; ``compat.precompile.SKIP`` for one the
+        owner compiled to nothing; None: trace it here."""
         wait = self._waiting.get(package)
         if wait is None:
             return None
@@ -220,11 +234,23 @@ class Flights:
                     if entry is None:
                         entry = compat.precompile.loads(zlib.decompress(blob))  # type: ignore[arg-type]
                     wait.installed = compat.precompile.install_into(package, entry)
+                    wait.converted |= compat.precompile.converted(entry)
+                    wait.trivial |= compat.precompile.trivial(entry)
                     wait.moved = compat.precompile.moved_from(entry) is not None
                 except Exception as e:  # noqa: BLE001 - what does not install here is traced here
                     self._give_up(package, wait, f"the owner's frames do not install here ({type(e).__name__}: {e})")
                     return None
                 continue
+            key = compat.precompile.code_key(code)
+            if not ours and key in wait.trivial:  # the owner compiled it to nothing: run as it is
+                self.stats.add(dynamo_frames_served=1)
+                return compat.precompile.SKIP
+            if not ours and key in wait.converted:
+                # the owner converted it and has no compiled code for it: it could not save it
+                self.stats.add(dynamo_flight_traced=1)  # the frames after it are still served
+                log.debug("raycompile: %s: frame %s is traced here: the owner has no saved code for it", wait.label,
+                          getattr(code, "co_name", code))
+                return None
             if ours:  # the owner compiled this frame for other inputs: nothing more is coming for these
                 self.stats.add(dynamo_flight_traced=1)
                 return None

@@ -102,6 +102,7 @@ class FrameCache:
         # single flight among the job's processes (wrapper/flights.py), where the node has a cache dir
         self.flights = Flights(inflight, stats, flight_wait_s, self._publish_in_flight) if inflight else None
         self._route = threading.local()  # .claim: where write() puts an entry in flight instead of a generation
+        self._told: dict[str, int] = {}  # source id -> frames converted when its flight was last published
         self.on_miss = on_miss  # a function with nothing to load is traced and compiled (with these options)
         self.output_tag = output_tag
         self.publish_delay_s = publish_delay_s
@@ -249,9 +250,10 @@ class FrameCache:
             return entry
         return None
 
-    def serve(self, package: Any, code: Any, f_locals: Any) -> tuple[Any, Any] | None:
+    def serve(self, package: Any, code: Any, f_locals: Any) -> tuple[Any, Any] | object | None:
         """A frame another process of this node compiles (single flight), served from its compile:
-        (guard manager, compiled code), or None to trace it here."""
+        (guard manager, compiled code), ``compat.precompile.SKIP`` (run it as it is), or None to
+        trace it here."""
         return self.flights.serve(package, code, f_locals) if self.flights is not None else None
 
     def traced(self, sid: str) -> None:
@@ -304,7 +306,7 @@ class FrameCache:
             return
         claim = getattr(self._route, "claim", None)
         if claim is not None:  # frames in flight, for this node's processes waiting on them
-            entry, _ = compat.precompile.portable(entry)
+            entry = compat.precompile.with_converted(compat.precompile.portable(entry)[0], sid)
             claim.publish(zlib.compress(compat.precompile.dumps(entry), 1), compat.precompile.frames_in(entry))
             return
         if known.next_generation >= FRAMES_GENERATIONS:
@@ -318,7 +320,9 @@ class FrameCache:
         if dropped:
             log.debug("raycompile: %s: %d compiled frames name objects only this process has; left out",
                       known.label, dropped)
-        blob = zlib.compress(compat.precompile.dumps(entry), 1)
+        # what this process converted goes too: a waiter of its flight that finds the flight over
+        # reads this entry, and traces what it holds no code for instead of waiting for it
+        blob = zlib.compress(compat.precompile.dumps(compat.precompile.with_converted(entry, sid)), 1)
         frames = compat.precompile.frames_in(entry)
         # the first free generation: another process (a node's owner, say) may have written since the load
         later = [frames_generation(known.base, g) for g in range(known.next_generation, FRAMES_GENERATIONS)]
@@ -383,21 +387,24 @@ class FrameCache:
         return False
 
     def _publish_in_flight(self, sid: str, claim: Any, wait: float) -> bool:
-        """What this process compiled of ``sid`` so far, into its claim (if complete and grown),
-        waiting at most ``wait`` for Dynamo's lock; whether it was published."""
+        """What this process compiled of ``sid`` so far, into its claim (if complete, and grown: more
+        frames, or more frames converted, which the waiters trace where the entry has no code for
+        them), waiting at most ``wait`` for Dynamo's lock; whether it was published."""
         ready, incomplete = compat.precompile.recorded()
-        frames = ready.get(sid, 0)
+        frames, converted = ready.get(sid, 0), compat.precompile.converted_count(sid)
         log.debug("raycompile: in flight: %s has %d complete frames (%d published; incomplete: %s)",
                   getattr(self._known.get(sid), "label", sid), frames, claim.frames, sid in incomplete)
-        if frames <= claim.frames:
+        if sid not in ready or (frames <= claim.frames and converted <= self._told.get(sid, 0)):
             return False
         self._route.claim = claim
+        t0 = time.monotonic()
         try:
             if not compat.precompile.save({sid}, wait):
                 return False
         finally:
             self._route.claim = None
-        claim.frames = frames
+        claim.frames, self._told[sid] = frames, converted
+        log.debug("raycompile: in flight: %d frames published in %.2f s", frames, time.monotonic() - t0)
         return True
 
     def publish(self, final: bool = False) -> int:

@@ -9,7 +9,9 @@ Dynamo and Inductor caches) and saves that loss and those gradients too. With
 ``FRAMES_DRIVER_PAUSE_S`` set, the step of a process that traced its first frame sleeps that long at
 its graph break (a call Dynamo does not trace): a compiling process whose first run of a frame is
 long (it tunes the kernels) reaches the next frame late, while a process served those frames,
-with nothing left to tune, reaches it at once."""
+with nothing left to tune, reaches it at once. With ``FRAMES_DRIVER_UNSAVEABLE=1`` the step calls,
+after its graph break, a function whose frame torch cannot save (its guard names a class defined
+in a function), with a graph break of its own; the frame after it is saved."""
 
 from __future__ import annotations
 
@@ -23,6 +25,27 @@ import raycompile
 from raycompile.wrapper import compat
 
 PAUSE_S = float(os.environ.get("FRAMES_DRIVER_PAUSE_S", "0"))
+
+
+UNSAVEABLE = os.environ.get("FRAMES_DRIVER_UNSAVEABLE") == "1"
+
+
+def _scale() -> object:
+    class Scale:  # defined in a function: torch cannot save a frame whose guards name its type
+        k = 2.0
+
+    return Scale()
+
+
+SCALE = _scale()
+
+
+def scaled(y: torch.Tensor) -> torch.Tensor:
+    """Its own frames (the break below stops the caller's graph at the call): the first guards on
+    ``SCALE``'s type, so no process can save it; what follows the break is a trivial frame."""
+    z = y * SCALE.k  # type: ignore[attr-defined]
+    torch._dynamo.graph_break()
+    return z
 
 
 @torch._dynamo.disable
@@ -46,6 +69,8 @@ class Block(torch.nn.Module):
             pause()  # the graph break, slept through
         else:
             torch._dynamo.graph_break()
+        if UNSAVEABLE:
+            y = scaled(y)
         return torch.tanh(self.b(y)).sum()
 
 

@@ -215,9 +215,13 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
         package = kwargs.get("package")
         if package is not None and package in saved_packages and len(args) >= 3:
             found = store.serve(package, args[0], args[2])  # code, f_locals
+            if found is precompile.SKIP:
+                serving.served = True
+                return precompile.skipped()
             if found is not None:
                 serving.served = True
                 return precompile.served(found[1], found[0], kwargs.get("compile_id"))
+            precompile.note_converted(package.source_id, args[0])  # under Dynamo's lock, as a publish is
         return stock_compile(*args, **kwargs)
 
     saved = (dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering)

@@ -14,6 +14,7 @@ import pickle
 import re
 import struct
 import sys
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,6 +46,7 @@ SEAMS: Seams = {
     "package.CompilePackage.install": ("torch._dynamo.package", "CompilePackage.install"),
     "types.GuardedCode": ("torch._dynamo.types", "GuardedCode"),
     "types.wrap_guarded_code": ("torch._dynamo.types", "wrap_guarded_code"),
+    "types.ConvertFrameReturn": ("torch._dynamo.types", "ConvertFrameReturn"),
     "eval_frame.skip_code": ("torch._dynamo.eval_frame", "skip_code"),
     "convert_frame.input_codes": ("torch._dynamo.convert_frame", "input_codes"),
 }
@@ -222,6 +224,61 @@ def moved_from(entry: Any) -> int | None:
     return getattr(entry, "_raycompile_moved_from", None)
 
 
+def code_key(code: Any) -> tuple[Any, ...]:
+    """What names a frame's code across processes (``converted``)."""
+    return (getattr(code, "co_filename", None), getattr(code, "co_firstlineno", None),
+            getattr(code, "co_name", None), getattr(code, "co_code", None))
+
+
+_converted: dict[str, set[tuple[Any, ...]]] = {}  # source id -> the code_keys of the frames Dynamo converted here
+
+
+def note_converted(source_id: str, code: Any) -> None:
+    """Dynamo converts a frame of the package ``source_id`` here (``dynamo.cached_frames``)."""
+    _converted.setdefault(source_id, set()).add(code_key(code))
+
+
+def converted_count(source_id: str) -> int:
+    return len(_converted.get(source_id, ()))
+
+
+def with_converted(entry: Any, source_id: str) -> Any:
+    """``entry``, telling the processes it is served to which frames this one converted, so that
+    they do not wait for more of them: one that the entry marks unsaveable (bypassed) is traced
+    there, as stock would; one that compiled to nothing is skipped (``trivial``), as torch's own
+    load skips it."""
+    entry._raycompile_converted = sorted(_converted.get(source_id, ()), key=repr)
+    return entry
+
+
+def converted(entry: Any) -> set[tuple[Any, ...]]:
+    """The ``code_key``s of the frames ``entry``'s maker had converted when it made it (``with_converted``)."""
+    return {tuple(key) for key in getattr(entry, "_raycompile_converted", ())}
+
+
+def trivial(entry: Any) -> set[tuple[Any, ...]]:
+    """The ``code_key``s of the frames ``entry``'s maker converted to nothing (no compiled code,
+    not bypassed): torch's install skips them, and so does a process served them (``SKIP``)."""
+    done = converted(entry)
+    out = set()
+    for code in entry.dynamo.codes:
+        serialized = getattr(code, "python_code", None)
+        if serialized is not None and not code.bypassed and not code.guarded_codes and code_key(serialized) in done:
+            out.add(code_key(serialized))
+    return out
+
+
+SKIP = object()  # a served frame to run as it is, never compiled here (``trivial``)
+
+
+def skipped() -> Any:
+    """What Dynamo's frame conversion returns for a frame it compiled to nothing: run it as it is,
+    and this code from now on."""
+    from torch._dynamo.types import ConvertFrameReturn
+
+    return ConvertFrameReturn()
+
+
 def frames_in(entry: Any) -> int:
     """Compiled frame variants an entry installs (each guarded code of each frame)."""
     return sum(len(code.guarded_codes) for code in entry.dynamo.codes if not code.bypassed)
@@ -386,11 +443,33 @@ def sources_recorded_once() -> Iterator[None]:
         package.SourceInfo.add_code = stock
 
 
+class _LoadedOnce:
+    """A backend of an entry in flight whose ``after_deserialization`` (loading its output modules
+    and their kernels) runs once per package: each later publish of the same flight holds it again,
+    and is installed whole."""
+
+    def __init__(self, backend: Any, loaded: dict[str, Any], backend_id: str) -> None:
+        self._backend, self._loaded, self._id = backend, loaded, backend_id
+
+    def after_deserialization(self) -> Any:
+        if self._id not in self._loaded:
+            self._loaded[self._id] = self._backend.after_deserialization()
+        return self._loaded[self._id]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+
+_loaded_backends: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
 def install_into(package: Any, entry: Any) -> list[tuple[Any, Any, Any]]:
     """Install ``entry`` (checked by ``loads``) into ``package``, the live package of a
     ``torch.compile`` whose frames another process is compiling (single flight), in place of what
-    it held: torch's own initialize and install, the package marked fresh first. Returns what was
-    installed, frame by frame: (the frame's code object, its guard manager, its compiled code)."""
+    it held: torch's own initialize and install, the package marked fresh first; a backend that an
+    earlier install into ``package`` loaded is not loaded again (``_LoadedOnce``: a backend id names
+    one compiled graph of the owner's). Returns what was installed, frame by frame: (the frame's
+    code object, its guard manager, its compiled code)."""
     import torch._C._dynamo.eval_frame as eval_frame
     import torch._dynamo.eval_frame as dynamo_eval_frame
 
@@ -404,9 +483,12 @@ def install_into(package: Any, entry: Any) -> list[tuple[Any, Any, Any]]:
 
     eval_frame._load_precompile_entry = capture
     # torch marks a frame with no compiled code as one never to compile (a trivial frame, in a
-    # finished entry); in frames still in flight it is one not compiled yet (a resume function
-    # the owner has not reached): it must come back to Dynamo, to be served once it is
-    dynamo_eval_frame.skip_code = lambda code, recursive=False: None
+    # finished entry); in frames still in flight it may be one not compiled yet (a resume function
+    # the owner has not reached), which must come back to Dynamo, to be served once it is. The
+    # owner's converted frames (``with_converted``) are the trivial ones: those are skipped here
+    # as torch's own load skips them, never traced.
+    done = converted(entry)
+    dynamo_eval_frame.skip_code = lambda code, *a, **k: stock_skip(code, *a, **k) if code_key(code) in done else None
     # torch's install first removes the globals the last install added (the resume functions and
     # backends that the frames running now call next). It lists a name once per frame that added
     # it (two frames of one module importing torch both add ``__import_torch``) and removes it as
@@ -421,7 +503,8 @@ def install_into(package: Any, entry: Any) -> list[tuple[Any, Any, Any]]:
         fn = package._innermost_fn
         package._initialized = False
         package.initialize(fn, entry.dynamo, ignore_inlined_sources=False)
-        package.install(entry.backends)
+        loaded = _loaded_backends.setdefault(package, {})
+        package.install({bid: _LoadedOnce(backend, loaded, bid) for bid, backend in entry.backends.items()})
     except BaseException:
         for module, values in before.items():
             for name, value in values.items():
