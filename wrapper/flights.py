@@ -24,8 +24,10 @@ traces nothing (``cache/inflight.py`` holds the claims and the frames in flight)
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import struct
 import threading
 import time
 import weakref
@@ -46,6 +48,36 @@ COALESCE_S = 0.2  # after a traced frame, how long the owner's watcher waits for
 SPACING = 9.0  # the owner's compiling thread publishes once this many times the last publish's cost has passed
 
 
+WHOLE, NAMES = "whole", "names"  # what a publish wrote: the frames serialized anew, or the names of converted ones
+_FLIGHT = b"RCFLIGHT1"
+
+
+def _keys(keys: list[tuple[Any, ...]]) -> list[list[Any]]:
+    return [[f, line, name, code.hex() if isinstance(code, bytes) else ""] for f, line, name, code in keys]
+
+
+def _unkeys(rows: list[list[Any]]) -> set[tuple[Any, ...]]:
+    return {(f, line, name, bytes.fromhex(code)) for f, line, name, code in rows}
+
+
+def pack(data: bytes, names: tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]) -> bytes:
+    """What a flight's publish holds: the entry's compressed bytes, and the ``code_key``s of the
+    frames the owner converted that no entry will hold code for (``compat.precompile.flight_names``:
+    unsaveable, trivial)."""
+    head = json.dumps([_keys(names[0]), _keys(names[1])]).encode()
+    return _FLIGHT + struct.pack(">I", len(head)) + head + data
+
+
+def unpack(blob: bytes) -> tuple[bytes, set[tuple[Any, ...]], set[tuple[Any, ...]]]:
+    """(the entry's compressed bytes, unsaveable, trivial) of ``pack``'s blob."""
+    if not blob.startswith(_FLIGHT):
+        raise ValueError("not frames in flight of this raycompile version")
+    (size,) = struct.unpack_from(">I", blob, len(_FLIGHT))
+    start = len(_FLIGHT) + 4
+    unsaveable, trivial = json.loads(blob[start:start + size])
+    return blob[start + size:], _unkeys(unsaveable), _unkeys(trivial)
+
+
 @dataclass
 class _Wait:
     claim: FlightClaim
@@ -54,8 +86,9 @@ class _Wait:
     reloaded: bool = False
     started: float = field(default_factory=time.monotonic)
     installed: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (code, guard manager, compiled code)
-    converted: set[tuple[Any, ...]] = field(default_factory=set)  # frames the owner converted (compat.precompile)
-    trivial: set[tuple[Any, ...]] = field(default_factory=set)  # of those, the ones it compiled to nothing
+    unsaveable: set[tuple[Any, ...]] = field(default_factory=set)  # frames the owner could not save (traced here)
+    trivial: set[tuple[Any, ...]] = field(default_factory=set)  # frames it compiled to nothing (skipped here)
+    data: bytes = b""  # the installed entry's bytes in flight (a publish that only adds converted frames repeats them)
     moved: bool = False  # what is installed was made on another CUDA device (compat.devices)
 
 
@@ -83,12 +116,13 @@ def _device_tag() -> str:
 class Flights:
     """``inflight``: where claims are made (the shared tier's, or this node's); ``stats``: the
     session's counters; ``wait_s``: how long a waiter waits for the owner's next frame;
-    ``publish(sid, claim, wait)``: writes what the owner compiled so far into its claim, waiting
-    at most ``wait`` for Dynamo's lock; whether it did (``FrameCache``, which knows how an entry
-    is made)."""
+    ``publish(sid, claim, wait, whole)``: writes what the owner compiled so far into its claim
+    (``pack``), waiting at most ``wait`` for Dynamo's lock; with ``whole`` False only the names of
+    frames converted since, with the last bytes. Returns what it did: ``WHOLE``, ``NAMES`` or ""
+    (``FrameCache``, which knows how an entry is made)."""
 
     def __init__(self, inflight: Claims, stats: Stats, wait_s: float,
-                 publish: Callable[[str, FlightClaim, float], bool]) -> None:
+                 publish: Callable[[str, FlightClaim, float, bool], str]) -> None:
         self.inflight, self.stats, self.wait_s, self._publish = inflight, stats, wait_s, publish
         self._waiting: weakref.WeakKeyDictionary[Any, _Wait] = weakref.WeakKeyDictionary()
         self._owned: dict[str, FlightClaim] = {}  # source id -> the claim this process owns
@@ -154,16 +188,19 @@ class Flights:
         if claim is None:
             return
         self._wake.set()
-        now = time.monotonic()
-        if self._waited_on.get(sid) and now - self._last_end.get(sid, 0.0) >= SPACING * self._cost.get(sid, 0.0):
+        if self._waited_on.get(sid):
             try:
-                self._publish_timed(sid, claim, 0.0)
+                self._publish_spaced(sid, claim, 0.0)
             except Exception as e:  # noqa: BLE001 - never into Dynamo's compile: the watcher tries again
                 log.debug("raycompile: frames in flight not published (%s: %s)", type(e).__name__, e)
 
-    def _publish_timed(self, sid: str, claim: FlightClaim, wait: float) -> None:
+    def _publish_spaced(self, sid: str, claim: FlightClaim, wait: float) -> None:
+        """Publish ``sid``'s frames: a serialization of them only once ``SPACING`` times the last
+        one's cost has passed since it ended (it takes the GIL, and Dynamo's lock, from the
+        owner's step); frames converted since, always (their names go with the last bytes)."""
         t0 = time.monotonic()
-        if self._publish(sid, claim, wait):
+        whole = t0 - self._last_end.get(sid, 0.0) >= SPACING * self._cost.get(sid, 0.0)
+        if self._publish(sid, claim, wait, whole) == WHOLE:
             self._cost[sid], self._last_end[sid] = time.monotonic() - t0, time.monotonic()
 
     def finished(self, sid: str) -> None:
@@ -196,7 +233,7 @@ class Flights:
                 try:
                     self._waited_on[sid] = bool(claim.waiters())  # read by the compiling thread (traced)
                     if self._waited_on[sid]:
-                        self._publish_timed(sid, claim, WATCH_S if compiling else 0.0)
+                        self._publish_spaced(sid, claim, WATCH_S if compiling else 0.0)
                 except Exception as e:  # noqa: BLE001 - the waiters then trace it themselves, after their wait
                     log.debug("raycompile: frames in flight not published (%s: %s)", type(e).__name__, e)
 
@@ -232,11 +269,16 @@ class Flights:
                 progress = time.monotonic()
                 try:
                     if entry is None:
-                        entry = compat.precompile.loads(zlib.decompress(blob))  # type: ignore[arg-type]
-                    wait.installed = compat.precompile.install_into(package, entry)
-                    wait.converted |= compat.precompile.converted(entry)
-                    wait.trivial |= compat.precompile.trivial(entry)
-                    wait.moved = compat.precompile.moved_from(entry) is not None
+                        data, unsaveable, trivial = unpack(blob)  # type: ignore[arg-type]
+                        wait.unsaveable |= unsaveable
+                        wait.trivial |= trivial
+                        if data != wait.data:
+                            entry, wait.data = compat.precompile.loads(zlib.decompress(data)), data
+                    if entry is not None:
+                        wait.installed = compat.precompile.install_into(package, entry)
+                        wait.unsaveable |= compat.precompile.unsaveable_in(entry)
+                        wait.trivial |= compat.precompile.trivial_in(entry)
+                        wait.moved = compat.precompile.moved_from(entry) is not None
                 except Exception as e:  # noqa: BLE001 - what does not install here is traced here
                     self._give_up(package, wait, f"the owner's frames do not install here ({type(e).__name__}: {e})")
                     return None
@@ -245,8 +287,7 @@ class Flights:
             if not ours and key in wait.trivial:  # the owner compiled it to nothing: run as it is
                 self.stats.add(dynamo_frames_served=1)
                 return compat.precompile.SKIP
-            if not ours and key in wait.converted:
-                # the owner converted it and has no compiled code for it: it could not save it
+            if not ours and key in wait.unsaveable:  # the owner could not save it
                 self.stats.add(dynamo_flight_traced=1)  # the frames after it are still served
                 log.debug("raycompile: %s: frame %s is traced here: the owner has no saved code for it", wait.label,
                           getattr(code, "co_name", code))

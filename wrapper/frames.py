@@ -59,7 +59,7 @@ from ..cache.keys import FRAMES_GENERATIONS, frames_backward_note, frames_genera
 from ..observe.stats import Stats
 from . import compat
 from .backwards import NO_BACKWARD_S, job_of_ranks, lower_ahead
-from .flights import Flights
+from .flights import NAMES, WHOLE, Flights, pack
 
 log = logging.getLogger("raycompile.frames")
 
@@ -103,6 +103,7 @@ class FrameCache:
         self.flights = Flights(inflight, stats, flight_wait_s, self._publish_in_flight) if inflight else None
         self._route = threading.local()  # .claim: where write() puts an entry in flight instead of a generation
         self._told: dict[str, int] = {}  # source id -> frames converted when its flight was last published
+        self._in_flight: dict[str, tuple[int, bytes]] = {}  # source id -> (frames, bytes) it last published
         self.on_miss = on_miss  # a function with nothing to load is traced and compiled (with these options)
         self.output_tag = output_tag
         self.publish_delay_s = publish_delay_s
@@ -306,8 +307,10 @@ class FrameCache:
             return
         claim = getattr(self._route, "claim", None)
         if claim is not None:  # frames in flight, for this node's processes waiting on them
-            entry = compat.precompile.with_converted(compat.precompile.portable(entry)[0], sid)
-            claim.publish(zlib.compress(compat.precompile.dumps(entry), 1), compat.precompile.frames_in(entry))
+            entry, _ = compat.precompile.portable(entry)
+            data, frames = zlib.compress(compat.precompile.dumps(entry), 1), compat.precompile.frames_in(entry)
+            self._in_flight[sid] = (frames, data)
+            claim.publish(pack(data, compat.precompile.flight_names(sid)), frames)
             return
         if known.next_generation >= FRAMES_GENERATIONS:
             self.stats.add(dynamo_full=1)
@@ -320,9 +323,9 @@ class FrameCache:
         if dropped:
             log.debug("raycompile: %s: %d compiled frames name objects only this process has; left out",
                       known.label, dropped)
-        # what this process converted goes too: a waiter of its flight that finds the flight over
-        # reads this entry, and traces what it holds no code for instead of waiting for it
-        blob = zlib.compress(compat.precompile.dumps(compat.precompile.with_converted(entry, sid)), 1)
+        # the frames this process compiled to nothing are named too: a waiter of its flight that
+        # finds the flight over reads this entry, and skips them instead of waiting for them
+        blob = zlib.compress(compat.precompile.dumps(compat.precompile.with_trivial(entry, sid)), 1)
         frames = compat.precompile.frames_in(entry)
         # the first free generation: another process (a node's owner, say) may have written since the load
         later = [frames_generation(known.base, g) for g in range(known.next_generation, FRAMES_GENERATIONS)]
@@ -386,26 +389,35 @@ class FrameCache:
                 self._call = None  # its frame's locals (the call's arguments) are let go
         return False
 
-    def _publish_in_flight(self, sid: str, claim: Any, wait: float) -> bool:
-        """What this process compiled of ``sid`` so far, into its claim (if complete, and grown: more
-        frames, or more frames converted, which the waiters trace where the entry has no code for
-        them), waiting at most ``wait`` for Dynamo's lock; whether it was published."""
+    def _publish_in_flight(self, sid: str, claim: Any, wait: float, whole: bool) -> str:
+        """What this process compiled of ``sid`` so far, into its claim, if complete and grown:
+        more frames (serialized anew, under Dynamo's lock, waited for at most ``wait``; only where
+        ``whole``), or only more frames converted (the waiters trace or skip those the entry has
+        no code for: their names go with the last bytes, no lock taken). Returns what it did
+        (``WHOLE``, ``NAMES`` or "")."""
         ready, incomplete = compat.precompile.recorded()
         frames, converted = ready.get(sid, 0), compat.precompile.converted_count(sid)
         log.debug("raycompile: in flight: %s has %d complete frames (%d published; incomplete: %s)",
                   getattr(self._known.get(sid), "label", sid), frames, claim.frames, sid in incomplete)
         if sid not in ready or (frames <= claim.frames and converted <= self._told.get(sid, 0)):
-            return False
+            return ""
+        last = self._in_flight.get(sid)  # written by the last whole publish, which set claim.frames
+        if frames <= claim.frames and last is not None:
+            claim.publish(pack(last[1], compat.precompile.flight_names(sid)), last[0])
+            self._told[sid] = converted
+            return NAMES
+        if not whole:
+            return ""
         self._route.claim = claim
         t0 = time.monotonic()
         try:
             if not compat.precompile.save({sid}, wait):
-                return False
+                return ""
         finally:
             self._route.claim = None
         claim.frames, self._told[sid] = frames, converted
         log.debug("raycompile: in flight: %d frames published in %.2f s", frames, time.monotonic() - t0)
-        return True
+        return WHOLE
 
     def publish(self, final: bool = False) -> int:
         """Write every keyed function whose complete package has frames its last entry lacks;

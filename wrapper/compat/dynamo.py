@@ -221,7 +221,13 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
             if found is not None:
                 serving.served = True
                 return precompile.served(found[1], found[0], kwargs.get("compile_id"))
-            precompile.note_converted(package.source_id, args[0])  # under Dynamo's lock, as a publish is
+            try:
+                result = stock_compile(*args, **kwargs)
+            except BaseException as e:
+                precompile.note_converted(package, args[0], raised=e)
+                raise
+            precompile.note_converted(package, args[0])  # under Dynamo's lock, with its guarded codes
+            return result
         return stock_compile(*args, **kwargs)
 
     saved = (dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering)

@@ -225,50 +225,73 @@ def moved_from(entry: Any) -> int | None:
 
 
 def code_key(code: Any) -> tuple[Any, ...]:
-    """What names a frame's code across processes (``converted``)."""
+    """What names a frame's code across processes (``flight_names``)."""
     return (getattr(code, "co_filename", None), getattr(code, "co_firstlineno", None),
             getattr(code, "co_name", None), getattr(code, "co_code", None))
 
 
-_converted: dict[str, set[tuple[Any, ...]]] = {}  # source id -> the code_keys of the frames Dynamo converted here
+_converted: dict[str, list[Any]] = {}  # source id -> the frames Dynamo converted here: code objects, in order
 
 
-def note_converted(source_id: str, code: Any) -> None:
-    """Dynamo converts a frame of the package ``source_id`` here (``dynamo.cached_frames``)."""
-    _converted.setdefault(source_id, set()).add(code_key(code))
+def note_converted(package: Any, code: Any, raised: BaseException | None = None) -> None:
+    """Dynamo converted a frame of ``package`` here: returned (its guarded codes are in the
+    package), or ``raised`` (not noted: a process served the flight waits for it, and traces it
+    once the flight is over)."""
+    log.debug("raycompile: frame %s converted%s", getattr(code, "co_name", code),
+              "" if raised is None else f" (raised {type(raised).__name__}: {raised})")
+    if raised is None:
+        _converted.setdefault(package.source_id, []).append(code)
 
 
 def converted_count(source_id: str) -> int:
     return len(_converted.get(source_id, ()))
 
 
-def with_converted(entry: Any, source_id: str) -> Any:
-    """``entry``, telling the processes it is served to which frames this one converted, so that
-    they do not wait for more of them: one that the entry marks unsaveable (bypassed) is traced
-    there, as stock would; one that compiled to nothing is skipped (``trivial``), as torch's own
-    load skips it."""
-    entry._raycompile_converted = sorted(_converted.get(source_id, ()), key=repr)
+def flight_names(source_id: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(unsaveable, trivial): the ``code_key``s of the frames of ``source_id`` converted here that
+    no entry will hold code for: those torch could not save (bypassed, or absent from its package;
+    a process served this flight traces them, as stock does), and those compiled to nothing (it
+    skips them, as torch's own load skips them). Read from what Dynamo recorded of the package
+    (its frames' entries, each holding its guarded codes once converted: recorded after each
+    conversion); called while the compiling thread may convert more (each read is one C call)."""
+    from torch._dynamo.precompile_context import PrecompileContext
+
+    recorded = PrecompileContext._dynamo_cache_entries.get(source_id)
+    live = {code_key(c.python_code): c for c in list(getattr(recorded, "codes", ()))}
+    unsaveable, trivial = [], []
+    for code in list(_converted.get(source_id, ())):
+        key = code_key(code)
+        entry = live.get(key)
+        if entry is None or entry.bypassed:
+            unsaveable.append(key)
+        elif not entry.guarded_codes:
+            trivial.append(key)
+    return unsaveable, trivial
+
+
+def with_trivial(entry: Any, source_id: str) -> Any:
+    """``entry``, naming the frames this process compiled to nothing (``flight_names``): a
+    process served the flight that finds it over reads this entry, and skips them."""
+    entry._raycompile_trivial = flight_names(source_id)[1]
     return entry
 
 
-def converted(entry: Any) -> set[tuple[Any, ...]]:
-    """The ``code_key``s of the frames ``entry``'s maker had converted when it made it (``with_converted``)."""
-    return {tuple(key) for key in getattr(entry, "_raycompile_converted", ())}
+def trivial_in(entry: Any) -> set[tuple[Any, ...]]:
+    """The frames ``entry``'s maker compiled to nothing (``with_trivial``)."""
+    return {tuple(key) for key in getattr(entry, "_raycompile_trivial", ())}
 
 
-def trivial(entry: Any) -> set[tuple[Any, ...]]:
-    """The ``code_key``s of the frames ``entry``'s maker converted to nothing (no compiled code,
-    not bypassed): torch's install skips them, and so does a process served them (``SKIP``)."""
-    done = converted(entry)
+def unsaveable_in(entry: Any) -> set[tuple[Any, ...]]:
+    """The ``code_key``s of the frames ``entry`` marks bypassed (never saved: traced where loaded)."""
     out = set()
     for code in entry.dynamo.codes:
         serialized = getattr(code, "python_code", None)
-        if serialized is not None and not code.bypassed and not code.guarded_codes and code_key(serialized) in done:
+        if serialized is not None and code.bypassed:
             out.add(code_key(serialized))
     return out
 
 
-SKIP = object()  # a served frame to run as it is, never compiled here (``trivial``)
+SKIP = object()  # a served frame to run as it is, never compiled here (``flight_names``' trivial)
 
 
 def skipped() -> Any:
@@ -484,11 +507,9 @@ def install_into(package: Any, entry: Any) -> list[tuple[Any, Any, Any]]:
     eval_frame._load_precompile_entry = capture
     # torch marks a frame with no compiled code as one never to compile (a trivial frame, in a
     # finished entry); in frames still in flight it may be one not compiled yet (a resume function
-    # the owner has not reached), which must come back to Dynamo, to be served once it is. The
-    # owner's converted frames (``with_converted``) are the trivial ones: those are skipped here
-    # as torch's own load skips them, never traced.
-    done = converted(entry)
-    dynamo_eval_frame.skip_code = lambda code, *a, **k: stock_skip(code, *a, **k) if code_key(code) in done else None
+    # the owner has not reached): it must come back to Dynamo, to be served once it is (or skipped:
+    # ``SKIP``, where the owner says it converted it)
+    dynamo_eval_frame.skip_code = lambda code, *a, **k: None
     # torch's install first removes the globals the last install added (the resume functions and
     # backends that the frames running now call next). It lists a name once per frame that added
     # it (two frames of one module importing torch both add ``__import_torch``) and removes it as
