@@ -134,6 +134,7 @@ def rank(model: str, case: str, mode: str | None) -> None:
                     "traced": s["dynamo_frames_traced"], "jobs": s["jobs"] + s["jobs_local"],
                     "waited_s": s["dynamo_flight_wait_seconds"], "gave_up": s["dynamo_flight_gave_up"],
                     "ray_begun": (s.get("ray_start_seconds") or {}).get("begun"),
+                    "ray_wait_s": s.get("ray_wait_seconds", 0.0),
                     "benchmarks": s["benchmarks"], "benchmark_seconds": s["benchmark_seconds"], "gave_up_why": said,
                     "decisions": {how: s[f"autotune_decisions_{how}"] for how in ("timed", "shared", "adopted")}})
     elif case.startswith("stock-dist"):
@@ -349,7 +350,8 @@ def main() -> int:
                       f"{job['picks_differ_from_rank0']}, from stock's rank 0 {job['picks_differ_from_stock_rank0']}",
                       flush=True)
                 for i, r in enumerate(job["ranks"]):
-                    shown = ("benchmarks", "benchmark_seconds", "decisions", "stock_knobs", "gave_up_why")
+                    shown = ("benchmarks", "benchmark_seconds", "decisions", "stock_knobs", "gave_up_why", "ray_begun",
+                             "ray_wait_s")
                     extra = {k: r[k] for k in shown if r.get(k)}
                     print(f"    rank {i}: {r.get('roles') or ''} {extra or ''} phases {r['phases_s']} first output "
                           f"{r['first_output_s']:.2f}", flush=True)

@@ -17,6 +17,7 @@ this module: Ray's failures become FarmUnavailableError where they arise (orches
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -69,6 +70,8 @@ class Startup:
         self.dedupe: ClusterDedupe | None = None
         self.error: BaseException | None = None
         self.seconds: dict[str, float] = {}  # stage -> seconds from the start (what report() shows)
+        # the session's cluster probe (orchestrator/secret.py ClusterProbe.future): nodes alive
+        self.probe: Future[dict[str, Any]] | None = None
         self._ready = threading.Event()
         self._closing = threading.Event()
         self._lock = threading.Lock()
@@ -229,17 +232,43 @@ class Startup:
         farm = self.farm
         return farm if farm is not None and farm.alive else None
 
-    def compiles_here(self, farm: Farm | None = None) -> bool:
+    def _may_be_alone(self) -> bool:
+        return self.joins and self._target is not None and self._target.source == "current-cluster file" \
+            and self.probe is not None
+
+    @property
+    def alone_here(self) -> bool:
+        """Whether the cluster joined is this machine alone: the one of its current-cluster file
+        (started here), with one node alive when the session's probe asked (False until it
+        answers). Its other drivers are this node's processes (a job's ranks), which share this
+        node's cache dir: its tiers, its single flights."""
+        if not self._may_be_alone() or not self.probe.done():  # type: ignore[union-attr]
+            return False
+        got = self.probe.result()  # type: ignore[union-attr]
+        return "secret" in got and got.get("nodes") == 1
+
+    @property
+    def probe_pending(self) -> bool:
+        """Whether ``alone_here`` waits for the probe's answer."""
+        return self._may_be_alone() and not self.probe.done()  # type: ignore[union-attr]
+
+    def compiles_here(self, farm: Farm | None = None, wait: bool = False) -> bool:
         """Whether a compile runs in this node's own Inductor workers rather than on Ray
-        (``compile_jobs``). Without ``farm``, answers without waiting: True only where no Ray is
-        needed at all (``local``, or ``auto`` in a Ray private to this process: no other driver to
-        dedupe with, no other node's CPUs). With the farm: ``auto`` is local when the cluster has
-        no CPUs beyond this node's."""
+        (``compile_jobs``). Without ``farm``: True only where no Ray is needed at all (``local``;
+        ``auto`` in a Ray private to this process, or in a cluster that is this machine alone: no
+        other node's CPUs, and the node's other drivers share its cache dir); ``wait``: for the
+        probe's answer, where that decides (at most its time-out), else answered at once. With the
+        farm: ``auto`` is local when the cluster has no CPUs beyond this node's."""
         mode = self.settings.compile_jobs
         if mode != "auto":
             return mode == "local"
         if farm is None:
-            return self._target is not None and not self._target.joins
+            if self._target is None:
+                return False
+            if wait and self.probe_pending:
+                with contextlib.suppress(Exception):  # unanswered: not known to be alone
+                    self.probe.result(timeout=self.settings.connect_timeout_s)  # type: ignore[union-attr]
+            return not self._target.joins or self.alone_here
         return not farm.remote_cpus
 
     def _where(self) -> str:

@@ -168,6 +168,7 @@ class Session:
 
         self.probe = ClusterProbe(target.address, target.source == "current-cluster file", self.user_key,
                                   self.settings.connect_timeout_s, self.io.submit)
+        startup.probe = self.probe.future  # whether the cluster is this machine alone (Startup.alone_here)
         tier: concurrent.futures.Future[Any] = concurrent.futures.Future()
         settled = threading.Lock()
 
@@ -204,14 +205,18 @@ class Session:
     def _ray_needed(self, max_autotune: bool) -> bool:
         """Whether a cold compile will need Ray (so its start is begun now, to overlap the trace):
         joining a cluster (its nodes' CPUs, its other drivers, its tiers), ``compile_jobs="cluster"``
-        or whole graphs on the cluster; in a Ray that would be new and private to this process, only
-        GPU actors' timings (max-autotune, or ``autotune_configs="actors"``, with a GPU here). Else
-        its kernels compile in this node's Inductor workers and an embedded Ray would only take CPU
-        and the GIL from the compile: it is begun later only if something asks for it."""
+        or whole graphs on the cluster; in a Ray that would be new and private to this process, or
+        in a cluster that is this machine alone (``Startup.alone_here``: a job's ranks on one node,
+        whose tiers and single flights are the node's cache dir), only GPU actors' timings
+        (max-autotune, or ``autotune_configs="actors"``, with a GPU here). Else its kernels compile
+        in this node's Inductor workers and a Ray start would only take CPU and the GIL from the
+        compile (a joined one also starts the cluster's workers): it is begun later only if
+        something asks for it."""
         s = self.settings
         if self.startup is None:
             return False
-        if self.startup.joins or s.compile_jobs == "cluster" or s.graph_compiles != "local":
+        joins = self.startup.joins and not (self.startup.alone_here or self.startup.probe_pending)
+        if joins or s.compile_jobs == "cluster" or s.graph_compiles != "local":
             return True
         if not (s.autotune and (max_autotune or s.autotune_configs == "actors")):
             return False
@@ -225,8 +230,12 @@ class Session:
         the cache, and the hooks installed."""
         from .wrapper import compat
 
-        if self._ray_needed(max_autotune or compat.max_autotune_on()):
+        tuning = max_autotune or compat.max_autotune_on()
+        if self._ray_needed(tuning):
             self.startup.begin()  # type: ignore[union-attr]
+        elif self.startup is not None and self.startup.probe_pending and self.startup.probe is not None:
+            # whether the cluster is this machine alone is not known yet: begun once it is not
+            self.startup.probe.add_done_callback(lambda _: self.startup.begin() if self._ray_needed(tuning) else None)
         self.install()
         if self.hooks is not None:
             self.hooks.router.start_compiling()

@@ -68,7 +68,7 @@ class FarmSource(Protocol):
 
     def wait_farm(self) -> FarmClient | None: ...  # waits (bounded) for the start; None: compile locally
 
-    def compiles_here(self, farm: FarmClient | None) -> bool: ...  # this node's Inductor workers, not Ray
+    def compiles_here(self, farm: FarmClient | None, wait: bool = False) -> bool: ...  # Inductor's workers, not Ray
 
 
 class ReadyFarm:
@@ -81,7 +81,7 @@ class ReadyFarm:
     def wait_farm(self) -> FarmClient | None:
         return self.farm if self.farm is not None and self.farm.alive else None
 
-    def compiles_here(self, farm: FarmClient | None) -> bool:
+    def compiles_here(self, farm: FarmClient | None, wait: bool = False) -> bool:
         return False
 
 
@@ -183,7 +183,7 @@ class Router:
 
         def warm() -> None:
             try:
-                if not self._compiles_here(None):
+                if not self._compiles_here(None, wait=True):
                     farm, _ = self._wait_farm()
                     if farm is not None and not self._compiles_here(farm):
                         return  # jobs go to Ray: the stock pool is only the fallback's
@@ -242,7 +242,7 @@ class Router:
             if key:
                 self.stats.add(kernel_misses=1)
                 self.stats.missed(job.label, key)
-            if self._compiles_here(None):  # no Ray needed: not even waited for
+            if self._compiles_here(None, wait=True):  # no Ray needed: not even waited for
                 self._compile_here(job, out, local, key)
                 return
             t0 = time.monotonic()
@@ -271,8 +271,9 @@ class Router:
             if not out.done():
                 out.set_exception(e)
 
-    def _compiles_here(self, farm: FarmClient | None) -> bool:
-        return self._source is not None and self._source.compiles_here(farm)
+    def _compiles_here(self, farm: FarmClient | None, wait: bool = False) -> bool:
+        """``wait``: on an I/O thread, for what decides it without Ray (the cluster probe's answer)."""
+        return self._source is not None and self._source.compiles_here(farm, wait)
 
     def _compile_here(self, job: Job, out: Future[Any], local: Callable[[], Any], key: str) -> None:
         """Run the farm's job in this node's own Inductor workers (Triton: its process pool; C++:
