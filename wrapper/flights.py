@@ -89,6 +89,7 @@ class _Wait:
     unsaveable: set[tuple[Any, ...]] = field(default_factory=set)  # frames the owner could not save (traced here)
     trivial: set[tuple[Any, ...]] = field(default_factory=set)  # frames it compiled to nothing (skipped here)
     data: bytes = b""  # the installed entry's bytes in flight (a publish that only adds converted frames repeats them)
+    frames: int = 0  # frames the installed entry holds (the owner's entry holds them: not this process's to write)
     moved: bool = False  # what is installed was made on another CUDA device (compat.devices)
 
 
@@ -276,6 +277,7 @@ class Flights:
                             entry, wait.data = compat.precompile.loads(zlib.decompress(data)), data
                     if entry is not None:
                         wait.installed = compat.precompile.install_into(package, entry)
+                        wait.frames = compat.precompile.frames_in(entry)
                         wait.unsaveable |= compat.precompile.unsaveable_in(entry)
                         wait.trivial |= compat.precompile.trivial_in(entry)
                         wait.moved = compat.precompile.moved_from(entry) is not None
@@ -302,6 +304,11 @@ class Flights:
                 self._give_up(package, wait, f"the owner published nothing for {self.wait_s:.0f} s")
                 return None
             time.sleep(POLL_S)  # polled: another process's files, with nothing to wait on
+
+    def served_frames(self, package: Any) -> int:
+        """How many frames of ``package`` were installed from its owner's flight (0: none)."""
+        wait = self._waiting.get(package)
+        return wait.frames if wait is not None else 0
 
     def _give_up(self, package: Any, wait: _Wait, why: str) -> None:
         self._waiting.pop(package, None)

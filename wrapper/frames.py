@@ -255,7 +255,15 @@ class FrameCache:
         """A frame another process of this node compiles (single flight), served from its compile:
         (guard manager, compiled code), ``compat.precompile.SKIP`` (run it as it is), or None to
         trace it here."""
-        return self.flights.serve(package, code, f_locals) if self.flights is not None else None
+        if self.flights is None:
+            return None
+        found = self.flights.serve(package, code, f_locals)
+        known = self._known.get(getattr(package, "source_id", ""))
+        if found is not None and known is not None:
+            # what the owner's entry holds is written already: this process writes only frames
+            # of its own beyond it (not one it traced that cannot be saved, say)
+            known.written_frames = max(known.written_frames, self.flights.served_frames(package))
+        return found
 
     def traced(self, sid: str) -> None:
         """Dynamo traced a frame of function ``sid``: count it, and write its entry soon."""
