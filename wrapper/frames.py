@@ -353,6 +353,7 @@ class FrameCache:
         self.stats.frames(known.label, generation=generation)
         if self.flights is not None:
             self.flights.finished(sid)
+            self._in_flight.pop(sid, None)  # the flight's last bytes: nobody reads them now
         log.debug("raycompile: %s: %d compiled frames written (generation %d, %d bytes)", known.label, frames,
                   generation, len(blob))
 
