@@ -252,6 +252,19 @@ COUNTERS: tuple[Counter, ...] = (
         "autotuning on GPU actors",
         "coordinate descent's candidates compiled at once, ahead of their timing",
     ),
+    Counter(
+        "tunings_adopted",
+        "autotuning on GPU actors",
+        "kernels whose first-run tuning (configs, coordinate descent) another process of this node had the turn "
+        "at: its pick taken, nothing timed here",
+        metric=("raycompile_tunings_adopted_total", {}, "Kernel tunings taken from another process of the node"),
+    ),
+    Counter(
+        "tunings_adopted_wait_seconds",
+        "autotuning on GPU actors",
+        "time spent waiting for another process of this node to finish tuning a kernel",
+        seconds=True,
+    ),
     Counter("dynamo_hits", "compiled frames", "compiled functions loaded from an entry: no Dynamo, no AOTAutograd"),
     Counter("dynamo_misses", "compiled frames", "compiled functions with no usable entry: traced as stock does"),
     Counter(

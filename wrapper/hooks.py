@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from ..cache import Cache, keys, publish
+from ..cache import Cache, keys, publish, turns
 from ..errors import CompileError
 from ..kernels import Failed, Job, Result, TritonJob, Versions, run_job
 from ..observe.stats import Stats
@@ -415,6 +415,10 @@ class Hooks:
         stats = router.stats
         self._installed.enter_context(compat.coordesc_prefetched(
             COORDESC_THREADS, lambda n: stats.add(coordesc_prefetched=n)))
+        # a kernel's first-run tuning, one process of the node at a time: the others (a job's
+        # ranks) take its pick instead of timing the same candidates again on the same GPUs
+        self._installed.enter_context(compat.tuning.tuning_in_turns(
+            turns.take, lambda name, waited: stats.add(tunings_adopted=1, tunings_adopted_wait_seconds=waited)))
 
     def _install_output_module(self) -> None:
         """The farm's wrapper codegen (wrapper/codegen.py) for cuda and cpu, and a cache-key tag so

@@ -142,7 +142,9 @@ def autotune_lines(stats: Mapping[str, Any]) -> list[str]:
     gpus = stats.get("gpus") or {}
     local, cached = stats.get("benchmarks_local", 0), stats.get("autotune_cached", 0)
     decided = [stats.get(f"autotune_decisions_{how}", 0) for how in ("shared", "timed", "adopted")]
-    if not (stats.get("benchmarks") or local or cached or stats.get("coordesc_prefetched") or any(decided)):
+    turns = stats.get("tunings_adopted", 0)
+    if not (stats.get("benchmarks") or local or cached or stats.get("coordesc_prefetched") or any(decided)
+            or turns):
         return []
     lines = [
         f"  autotune: {stats.get('benchmarks', 0)} candidates on {len(gpus)} GPU(s), "
@@ -156,6 +158,9 @@ def autotune_lines(stats: Mapping[str, Any]) -> list[str]:
         lines.append(f"    max-autotune decisions: {decided[0]} taken from the cache (another process's picks, "
                      f"nothing compiled or timed), {decided[1]} timed here and filed, {decided[2]} timed here while "
                      "another process filed its picks first (theirs taken)")
+    if turns:
+        lines.append(f"    kernels whose first-run tuning another process of this node did: {turns} (its picks taken, "
+                     f"waited {stats.get('tunings_adopted_wait_seconds', 0.0):.1f} s)")
     if gpus:
         lines.append("    " + "   ".join(f"{gpu}: {n}" for gpu, n in sorted(gpus.items())))
     return lines

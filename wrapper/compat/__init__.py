@@ -12,6 +12,7 @@ versions it was checked on (``CHECKED_ON``):
 - ``codegen``: the output module's wrapper codegen and futures;
 - ``autotuner``: a compiled kernel's configs and winners, user ``@triton.jit`` kernels;
 - ``autotune``: max-autotune's tuning pool, config benchmarks, the GPU actors' touch points;
+- ``tuning``: a kernel's first-run tuning taken in turns by the processes of a node;
 - ``graphs``: a graph's whole Inductor compile sent out of process (Inductor's out-of-process
   compile seam) and its output loaded here;
 - ``dynamo``: Dynamo's precompile cache redirected to raycompile (compiled frames a warm process
@@ -31,7 +32,21 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from . import autograd, autotune, autotuner, codegen, cpp, devices, dynamo, entry, graphs, guards, precompile, triton
+from . import (
+    autograd,
+    autotune,
+    autotuner,
+    codegen,
+    cpp,
+    devices,
+    dynamo,
+    entry,
+    graphs,
+    guards,
+    precompile,
+    triton,
+    tuning,
+)
 from ._base import SeamMissing, Seams, resolve
 from .autotuner import (
     autotuner_source,
@@ -112,7 +127,7 @@ from .triton import (
 
 FAMILIES = {"entry": entry, "triton": triton, "cpp": cpp, "codegen": codegen, "autotuner": autotuner,
             "autotune": autotune, "dynamo": dynamo, "guards": guards, "precompile": precompile, "devices": devices,
-            "graphs": graphs, "autograd": autograd}
+            "graphs": graphs, "autograd": autograd, "tuning": tuning}
 
 # name -> (module, attribute path), every family's
 SEAMS: Seams = {name: seam for family in FAMILIES.values() for name, seam in family.SEAMS.items()}

@@ -274,14 +274,21 @@ def _config_key(cfg: Any) -> Any:
     return triton_config_to_hashable(cfg)
 
 
+def coordesc_eligible(kernel: Any) -> bool:
+    """Whether coordinate descent tunes ``kernel`` (not a template, a fixed config or a user's
+    autotuned kernel; nor, in deterministic mode, a reduction), as Inductor's own test says."""
+    eligible = getattr(kernel, "_should_coordesc_tune", None)
+    if eligible is not None:
+        return bool(eligible)
+    return getattr(getattr(kernel, "heuristic_type", None), "name", "") not in _NOT_COORDESC
+
+
 def coordesc_first_sweep(kernel: Any, baseline: Any) -> list[Any]:
     """The configs the kernel's coordinate descent times first from ``baseline`` (the first sweep:
     each tunable field's neighbours), in its order, found by running its own tuner on a copy with
     a stand-in timing under which no candidate improves (nothing is compiled or timed). [] where
     the kernel is not tuned this way or its tuner is not the one this reads."""
-    eligible = getattr(kernel, "_should_coordesc_tune", None)
-    if eligible is False or (eligible is None and getattr(getattr(kernel, "heuristic_type", None), "name", "")
-                             in _NOT_COORDESC):
+    if not coordesc_eligible(kernel):
         return []
     tuner = getattr(kernel, "coordesc_tuner", None)
     if tuner is None or not isinstance(getattr(tuner, "cached_benchmark_results", None), dict):
