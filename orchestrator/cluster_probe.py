@@ -7,12 +7,14 @@ never joins as a driver, starts no worker and holds no connection.
 
 Run as a script (its own file, so importing it loads no raycompile, torch or Ray in the driver):
 a JSON request on stdin ({"address", "found", "default_secret" (hex), "kv_key", "kv_namespace"}),
-one JSON answer on stdout ({"secret": hex, "nodes": n} or {"error": text}). ``ClusterProbe``
+one JSON answer on stdout ({"secret": hex, "nodes": n, "here": whether every alive node is this
+machine} or {"error": text}). ``ClusterProbe``
 (``orchestrator/secret.py``) starts it and reads it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -33,8 +35,26 @@ def probe(request: dict) -> dict:
     secret = client.internal_kv_get(key, namespace)
     if not secret:
         return {"error": "Ray's key-value store returned no cluster secret (is the GCS healthy? `ray status`)"}
-    nodes = sum(1 for info in client.get_all_node_info().values() if info.state == 0)  # ALIVE
-    return {"secret": bytes(secret).hex(), "nodes": nodes}
+    alive = [info for info in client.get_all_node_info().values() if info.state == 0]  # ALIVE
+    mine = _addresses()
+    here = bool(alive) and all(info.node_manager_address in mine for info in alive)
+    return {"secret": bytes(secret).hex(), "nodes": len(alive), "here": here}
+
+
+def _addresses() -> set[str]:
+    """This machine's IP addresses (every interface's, loopback included), as a node's
+    ``node_manager_address`` names it: psutil's (which Ray carries), else the host name's."""
+    import socket
+
+    found = {"127.0.0.1", "::1"}
+    try:
+        import psutil  # Ray's own dependency (ray/thirdparty_files), on the path once ray is imported
+
+        found |= {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
+    except Exception:  # noqa: BLE001 - no psutil: the host name's addresses only
+        with contextlib.suppress(OSError):
+            found |= set(socket.gethostbyname_ex(socket.gethostname())[2])
+    return found
 
 
 def main() -> int:

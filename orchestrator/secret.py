@@ -69,7 +69,7 @@ class ClusterProbe:
     (``orchestrator/cluster_probe.py``) that starts at once: a session whose lookups all hit a
     ``file://`` or ``redis://`` tier signed with the cluster's secret then never starts Ray, and
     its main thread spends nothing on it (no import of Ray, no driver connection). ``future``
-    resolves to the answer ({"secret": bytes, "nodes": n}, or {"error": text}), within
+    resolves to the answer ({"secret": bytes, "nodes": n, "here": bool}, or {"error": text}), within
     ``timeout_s``; ``submit`` runs the wait (the session's I/O threads)."""
 
     def __init__(self, address: str, found: bool, user_key: bytes, timeout_s: float,
@@ -103,7 +103,8 @@ class ClusterProbe:
             except ValueError:
                 got = {}
             if "secret" in got:
-                return {"secret": bytes.fromhex(got["secret"]), "nodes": int(got.get("nodes", 0))}
+                return {"secret": bytes.fromhex(got["secret"]), "nodes": int(got.get("nodes", 0)),
+                        "here": bool(got.get("here"))}
             return {"error": got.get("error") or f"the probe exited {self._proc.returncode} with no answer"}
 
         self.future = submit(answer)

@@ -233,19 +233,22 @@ class Startup:
         return farm if farm is not None and farm.alive else None
 
     def _may_be_alone(self) -> bool:
-        return self.joins and self._target is not None and self._target.source == "current-cluster file" \
-            and self.probe is not None
+        # not "this process": already connected, asking that Ray costs nothing more
+        return self.joins and self._target is not None and self.probe is not None \
+            and self._target.source in ("current-cluster file", "argument", "RAY_ADDRESS")
 
     @property
     def alone_here(self) -> bool:
-        """Whether the cluster joined is this machine alone: the one of its current-cluster file
-        (started here), with one node alive when the session's probe asked (False until it
-        answers). Its other drivers are this node's processes (a job's ranks), which share this
-        node's cache dir: its tiers, its single flights."""
+        """Whether the cluster joined is this machine alone: one node alive when the session's
+        probe asked (False until it answers), and that node this machine (the cluster of its
+        current-cluster file, started here; or one named by an address whose node has one of this
+        machine's IP addresses). Its other drivers are this node's processes (a job's ranks),
+        which share this node's cache dir: its tiers, its single flights."""
         if not self._may_be_alone() or not self.probe.done():  # type: ignore[union-attr]
             return False
         got = self.probe.result()  # type: ignore[union-attr]
-        return "secret" in got and got.get("nodes") == 1
+        here = self._target.source == "current-cluster file" or got.get("here")  # type: ignore[union-attr]
+        return "secret" in got and got.get("nodes") == 1 and bool(here)
 
     @property
     def probe_pending(self) -> bool:

@@ -24,11 +24,14 @@ from typing import Any
 import procs
 import pytest
 import torch
-from raystart import ray_head
+from raystart import RayHead, ray_head
 
 pytestmark = pytest.mark.slow  # five compiling subprocesses
 
 DRIVER = pathlib.Path(__file__).with_name("frames_driver.py")
+
+
+HEADS: dict[str, RayHead] = {}  # the cluster fixture's head, by its RAY_TMPDIR
 
 
 @pytest.fixture(scope="module")
@@ -36,25 +39,33 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A `ray start` head that is this machine's current cluster for processes whose RAY_TMPDIR
     is the directory yielded (Ray's defaults: token authentication on)."""
     tmpdir = str(tmp_path_factory.mktemp("ray", numbered=True))
-    with ray_head(num_cpus=2, dashboard=False, ray_tmpdir=tmpdir):
+    with ray_head(num_cpus=2, dashboard=False, ray_tmpdir=tmpdir) as head:
+        HEADS[tmpdir] = head
         yield tmpdir
+        HEADS.pop(tmpdir)
 
 
 def start(ray_tmpdir: str, shared: str, where: pathlib.Path, batch: int,
-          stock: bool = False) -> Callable[[], dict[str, Any]]:
+          stock: bool = False, by_address: bool = False) -> Callable[[], dict[str, Any]]:
     """A new process with empty local caches of its own (``where``), joining the machine's
-    cluster with no address, started now; what this returns waits for the driver's results."""
+    cluster with no address (``by_address``: by RAY_ADDRESS, with Ray's RAY_AUTH_MODE=token for
+    an explicit address), started now; what this returns waits for the driver's results."""
     out = where / "out.pt"
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"), "TRITON_CACHE_DIR": str(where / "triton"),
            "RAY_TMPDIR": ray_tmpdir}
     for name in ("RAYCOMPILE_SECRET", "RAY_ADDRESS", "RAY_AUTH_MODE"):
         env.pop(name, None)
+    if by_address:
+        head = HEADS[ray_tmpdir]
+        # the default compile_jobs (the suite's autouse fixture sets "cluster" for the test's own processes)
+        env.update({"RAY_ADDRESS": head.address, "RAYCOMPILE_COMPILE_JOBS": "auto", **head.driver_env})
     args = ["", shared, str(where / "raycompile"), str(out), str(batch)] + (["stock"] if stock else [])
     return procs.start(DRIVER, args, env, out, timeout=600)
 
 
-def run(ray_tmpdir: str, shared: str, where: pathlib.Path, batch: int, stock: bool = False) -> dict[str, Any]:
-    return start(ray_tmpdir, shared, where, batch, stock)()
+def run(ray_tmpdir: str, shared: str, where: pathlib.Path, batch: int, stock: bool = False,
+        by_address: bool = False) -> dict[str, Any]:
+    return start(ray_tmpdir, shared, where, batch, stock, by_address)()
 
 
 @pytest.fixture(scope="module")
@@ -95,10 +106,13 @@ def test_compiled_frames_warm_start_another_process(cluster: str, cold: tuple[pa
     # this machine's current-cluster file) is this machine alone, as its probe found
     assert "begun" not in s["ray_start_seconds"] and s["jobs_local"] > 0 and s["jobs"] == 0, s
 
-    # another batch size: the loaded frames' guards fail; traced, compiled, bitwise stock's
-    other = run(cluster, shared, tmp_path / "c", 5, stock=True)
+    # another batch size: the loaded frames' guards fail; traced, compiled, bitwise stock's. This
+    # process names the cluster by RAY_ADDRESS: its one node has this machine's address, so it is
+    # this machine alone too, and the compile begins no Ray
+    other = run(cluster, shared, tmp_path / "c", 5, stock=True, by_address=True)
     o = other["stats"]
     assert o["dynamo_hits"] == 1 and o["dynamo_frames_loaded"] == 2 and o["dynamo_frames_traced"] == 2, o
+    assert "begun" not in o["ray_start_seconds"] and o["jobs_local"] > 0 and o["jobs"] == 0, o
     assert o["dynamo_published"] == 1 and o["dynamo_invalid"] == 0, o
     assert equal(other["result"], other["stock"])
     assert not torch.equal(other["result"]["x"].sum(), cold["result"]["x"].sum())  # really another input
