@@ -24,7 +24,10 @@ running at ``--timeout`` is killed and the row says ">=" that bound), the graphs
 (torch's own ``unique_graphs`` counter), who compiled and who waited, the job's CPU-seconds (the
 whole machine's busy CPU time over the run, from /proc/stat: the ranks, their compile workers and
 Ray alike; ``cpu_s_by_kind`` splits it by who spent it, from each process's /proc/PID/stat sampled
-every 0.2 s: the ranks, Inductor's compile workers, Ray's processes, other), the GPUs' busy
+every 0.2 s: the ranks, Inductor's compile workers, Ray's processes, other; ``compile_cpu_s`` is
+the job's CPU less each rank's own CPU up to its model's build, its imports and the build, which
+stock's ranks pay alike; the table's "goal s" is issue 31's bound for it, 1/N of stock's plus
+``waiters_cpu_s``, the waiters' own CPU from their build to their first output), the GPUs' busy
 seconds (``nvidia-smi``'s utilization integrated over the run: candidates timed anywhere, and the
 steps), its peak host memory (the machine's used memory above what it was before the run,
 sampled), whether every rank's loss is bitwise stock's, and whether every rank made the same
@@ -112,16 +115,19 @@ def rank(model: str, case: str, mode: str | None) -> None:
     phases["enabled"] = time.time()
     step, args = build(model, "cuda" if torch.cuda.is_available() else "cpu")
     phases["built"] = time.time()
+    cpu_built = time.process_time()  # this process's threads: its imports and the model's build
     loss = torch.compile(step, mode=mode)(*args)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     first_output = time.time()
+    cpu_compile = time.process_time() - cpu_built
     from picks import picks  # next to this script
     from torch._dynamo.utils import counters
 
     out: dict[str, Any] = {"first_output_epoch": first_output, "loss": float(loss.float()),
                            "graphs_traced": int(counters["stats"]["unique_graphs"]), "phases_epoch": phases,
-                           "picks": picks()}
+                           "picks": picks(), "cpu_s_phases": {"to built": round(cpu_built, 2),
+                                                              "built to first output": round(cpu_compile, 2)}}
     if dist_autotune:
         out["stock_knobs"] = dist_autotune
     if case == "farm":
@@ -136,6 +142,8 @@ def rank(model: str, case: str, mode: str | None) -> None:
                     "ray_begun": (s.get("ray_start_seconds") or {}).get("begun"),
                     "ray_wait_s": s.get("ray_wait_seconds", 0.0),
                     "benchmarks": s["benchmarks"], "benchmark_seconds": s["benchmark_seconds"], "gave_up_why": said,
+                    "tunings_adopted": s.get("tunings_adopted", 0),
+                    "tunings_wait_s": s.get("tunings_adopted_wait_seconds", 0.0),
                     "decisions": {how: s[f"autotune_decisions_{how}"] for how in ("timed", "shared", "adopted")}})
     elif case.startswith("stock-dist"):
         import torch.distributed as dist
@@ -274,7 +282,13 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
         by_kind[kind] = round(by_kind.get(kind, 0.0) + max(spent, 0.0), 1)
     slowest = timeout if timed_out else max(r["first_output_s"] for r in ranks)
     first = ranks[0]["picks"] if ranks else {}
+    # the job's CPU less each rank's imports and model build (what stock's ranks pay alike)
+    compile_cpu = cpu - sum(r["cpu_s_phases"]["to built"] for r in ranks)
+    # a waiter's own CPU from its build to its first output: what it spent loading and running
+    loads = sum(r["cpu_s_phases"]["built to first output"] for r in ranks
+                if "owner" not in (r.get("roles") or {}).values())
     return {"ranks": ranks, "slowest_s": slowest, "timed_out": timed_out, "cpu_s": cpu, "cpu_s_by_kind": by_kind,
+            "compile_cpu_s": round(compile_cpu, 1), "waiters_cpu_s": round(loads, 1),
             "gpu_busy_s": gpu_s, "peak_memory_gib": peak[0] / 2**30,
             "graphs_traced": [r["graphs_traced"] for r in ranks], "losses": sorted({r["loss"] for r in ranks}),
             "picks_rank0": first, "picks_differ_from_rank0": [differ(first, r["picks"]) for r in ranks]}
@@ -351,11 +365,12 @@ def main() -> int:
                       flush=True)
                 for i, r in enumerate(job["ranks"]):
                     shown = ("benchmarks", "benchmark_seconds", "decisions", "stock_knobs", "gave_up_why", "ray_begun",
-                             "ray_wait_s")
+                             "ray_wait_s", "tunings_adopted", "tunings_wait_s")
                     extra = {k: r[k] for k in shown if r.get(k)}
                     print(f"    rank {i}: {r.get('roles') or ''} {extra or ''} phases {r['phases_s']} first output "
-                          f"{r['first_output_s']:.2f}", flush=True)
+                          f"{r['first_output_s']:.2f}, CPU {r['cpu_s_phases']}", flush=True)
     print(f"\n{'model':<8}{'ranks':>6}{'case':>11}{'slowest s':>11}{'x stock':>9}{'CPU s':>9}{'x stock':>9}"
+          f"{'compile CPU s':>15}{'x stock':>9}{'goal s':>8}"
           f"{'GPU busy s':>12}{'peak GiB':>10}{'graphs/rank':>16}  loss = stock's  picks agree")
     for model, n, name, job, stock in rows:
         same = job["losses"] == stock["losses"] and len(job["losses"]) == 1
@@ -364,7 +379,9 @@ def main() -> int:
         agree = not any(job["picks_differ_from_rank0"]) and not job["timed_out"]
         print(f"{model:<8}{n:>6}{name:>11}{ge + format(job['slowest_s'], '.2f'):>11}"
               f"{job['slowest_s'] / stock['slowest_s']:>9.2f}{job['cpu_s']:>9.1f}{job['cpu_s'] / stock['cpu_s']:>9.2f}"
-              f"{busy:>12}{job['peak_memory_gib']:>10.2f}{str(job['graphs_traced']):>16}  {str(same):<14} {agree}")
+              f"{job['compile_cpu_s']:>15.1f}{job['compile_cpu_s'] / stock['compile_cpu_s']:>9.2f}"
+              f"{stock['compile_cpu_s'] / n + job['waiters_cpu_s']:>8.1f}{busy:>12}{job['peak_memory_gib']:>10.2f}"
+              f"{str(job['graphs_traced']):>16}  {str(same):<14} {agree}")
     print(f"wrote {path}")
     return 0
 
