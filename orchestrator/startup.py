@@ -235,7 +235,7 @@ class Startup:
     def _may_be_alone(self) -> bool:
         # not "this process": already connected, asking that Ray costs nothing more
         return self.joins and self._target is not None and self.probe is not None \
-            and self._target.source in ("current-cluster file", "argument", "RAY_ADDRESS")
+            and self._target.source != "this process"
 
     @property
     def alone_here(self) -> bool:
