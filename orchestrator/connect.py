@@ -174,20 +174,56 @@ def connect(settings: Settings, target: Target | None = None) -> Joined:
         _check_gcs(target, settings.connect_timeout_s)
     try:
         if target.address is not None:
-            ray.init(address=_init_address(target), namespace=settings.namespace, log_to_driver=False,
-                     logging_level=logging.WARNING)
+            _init_joining(ray, target, settings)
         else:
             ray.init(address="local", num_cpus=settings.num_cpus, namespace=settings.namespace,
                      include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     except Exception as e:  # noqa: BLE001 - chained, not hidden: ray.init fails with ConnectionError, TimeoutError,
         # RuntimeError, ValueError or a RayError alike when it cannot reach or start Ray; each is this one error
         fix = None
-        if target.address is not None and target.address.startswith("ray://"):
+        if _client_server_died(e):
+            fix = CLIENT_SERVER_FIX
+        elif target.address is not None and target.address.startswith("ray://"):
             from . import auth
 
             fix = None if auth.token_mode() else auth.CLIENT_FIX  # Ray Client only says "connection timeout"
         raise FarmUnavailableError(target.address or EMBEDDED, _ray_reason(e), fix) from e
     return Joined(target, owns=True)
+
+
+CLIENT_ATTEMPTS = 3  # Ray Client joins, when the head could not start the client's server (below)
+CLIENT_SERVER_FIX = (
+    "The head's Ray Client proxier started this client's server process and it died at once: Ray's "
+    "issue #63202 (the proxier forks while its gRPC threads run; on a 2-CPU machine one join in three "
+    "failed). Start the head with GRPC_ENABLE_FORK_SUPPORT=0 in its environment "
+    "(`GRPC_ENABLE_FORK_SUPPORT=0 ray start --head ...`), or join by the GCS address (host:6379) "
+    "instead of ray://.")
+
+
+def _client_server_died(error: BaseException) -> bool:
+    """Whether ``ray.init(ray://...)`` failed because the head's proxier could not start this
+    client's own server process (Ray's "Initialization failure from server", raised from
+    ``start_specific_server``)."""
+    text = str(error)
+    return "Initialization failure from server" in text and (
+        "Starting Ray client server failed" in text or "start_specific_server" in text)
+
+
+def _init_joining(ray, target: Target, settings: Settings) -> None:  # noqa: ANN001 - the ray module
+    """``ray.init`` for a cluster. A Ray Client join whose server process died on the head (Ray's
+    bug, ``CLIENT_SERVER_FIX``) is tried again, ``CLIENT_ATTEMPTS`` times in all: each try is a
+    new server process, and Ray takes about 30 s to report a dead one, so this is bounded too."""
+    for attempt in range(1, CLIENT_ATTEMPTS + 1):
+        try:
+            ray.init(address=_init_address(target), namespace=settings.namespace, log_to_driver=False,
+                     logging_level=logging.WARNING)
+            return
+        except Exception as e:  # noqa: BLE001 - only Ray's dead-server failure is tried again
+            if attempt == CLIENT_ATTEMPTS or not _client_server_died(e):
+                raise
+            log.warning("raycompile: Ray Client's server for this process died on the head at %s "
+                        "(Ray issue #63202); joining again (%d of %d). %s", target.address, attempt + 1,
+                        CLIENT_ATTEMPTS, CLIENT_SERVER_FIX)
 
 
 def _init_address(target: Target) -> str:
