@@ -139,6 +139,8 @@ def rank(model: str, case: str, mode: str | None) -> None:
         out.update({"roles": roles, "served": s["dynamo_frames_served"], "loaded": s["dynamo_frames_loaded"],
                     "traced": s["dynamo_frames_traced"], "jobs": s["jobs"] + s["jobs_local"],
                     "waited_s": s["dynamo_flight_wait_seconds"], "gave_up": s["dynamo_flight_gave_up"],
+                    "published": s.get("dynamo_flight_published", 0),
+                    "publish_s": round(s.get("dynamo_flight_publish_seconds", 0.0), 2),
                     "ray_begun": (s.get("ray_start_seconds") or {}).get("begun"),
                     "ray_wait_s": s.get("ray_wait_seconds", 0.0),
                     "benchmarks": s["benchmarks"], "benchmark_seconds": s["benchmark_seconds"], "gave_up_why": said,

@@ -326,6 +326,17 @@ COUNTERS: tuple[Counter, ...] = (
         seconds=True,
     ),
     Counter(
+        "dynamo_flight_published",
+        "single flight of compiled frames",
+        "publishes of this process's frames in flight for the node's processes waiting on them",
+    ),
+    Counter(
+        "dynamo_flight_publish_seconds",
+        "single flight of compiled frames",
+        "what those publishes took (serializing the frames so far), on its compiling thread and its watcher",
+        seconds=True,
+    ),
+    Counter(
         "dynamo_flight_traced",
         "single flight of compiled frames",
         "frames traced here after all: the owner compiled them for other inputs, or could not save them",

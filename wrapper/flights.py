@@ -201,8 +201,12 @@ class Flights:
         owner's step); frames converted since, always (their names go with the last bytes)."""
         t0 = time.monotonic()
         whole = t0 - self._last_end.get(sid, 0.0) >= SPACING * self._cost.get(sid, 0.0)
-        if self._publish(sid, claim, wait, whole) == WHOLE:
-            self._cost[sid], self._last_end[sid] = time.monotonic() - t0, time.monotonic()
+        wrote = self._publish(sid, claim, wait, whole)
+        took = time.monotonic() - t0
+        if wrote:
+            self.stats.add(dynamo_flight_published=1, dynamo_flight_publish_seconds=took)
+        if wrote == WHOLE:
+            self._cost[sid], self._last_end[sid] = took, time.monotonic()
 
     def finished(self, sid: str) -> None:
         """``sid``'s entry is in the tiers: its flight is over."""

@@ -128,9 +128,12 @@ def flight_lines(stats: Mapping[str, Any]) -> list[str]:
               stats.get("dynamo_flight_gave_up", 0))
     graphs = (stats.get("graph_flight_owned", 0), stats.get("graph_flight_served", 0),
               stats.get("graph_flight_gave_up", 0))
-    if not any(frames) and not any(graphs):
+    published = stats.get("dynamo_flight_published", 0)
+    if not any(frames) and not any(graphs) and not published:
         return []
-    return [f"  single flight: frames served from another process's compile {frames[0]} (waited "
+    return [f"  single flight: frames published for waiting processes {published} times "
+            f"({stats.get('dynamo_flight_publish_seconds', 0.0):.1f} s); "
+            f"frames served from another process's compile {frames[0]} (waited "
             f"{stats.get('dynamo_flight_wait_seconds', 0.0):.1f} s), traced here after all {frames[1]}, waits given "
             f"up {frames[2]}; whole graphs lowered here for others {graphs[0]}, loaded from another process's "
             f"compile {graphs[1]} (waited {stats.get('graph_flight_wait_seconds', 0.0):.1f} s), waits given up "

@@ -93,6 +93,8 @@ def test_three_ranks_of_two_nodes_compile_once(cluster: str, tmp_path: pathlib.P
         if role == "owner":  # 5 frames, 3 graphs (torch's counter): the forward's two, the unsaveable one's
             assert s["dynamo_frames_traced"] == 5 and r["torch_traced"] == 3 and s["dynamo_frames_served"] == 0, s
             assert s["dynamo_unsaveable"] == 1, s
+            # it published its frames in flight for the waiters, and says what that took
+            assert s["dynamo_flight_published"] >= 1 and s["dynamo_flight_publish_seconds"] > 0, s
         else:  # only the unsaveable frame traced (torch's own counter: its graph); the trivial
             # frame after its break skipped, as the owner's was; the others run as the owner
             # compiled them, the last included (the wait goes on after the frame traced here)
@@ -101,7 +103,7 @@ def test_three_ranks_of_two_nodes_compile_once(cluster: str, tmp_path: pathlib.P
             assert s["dynamo_frames_served"] >= 2 and s["dynamo_flight_gave_up"] == 0, frames
             # the owner's entry holds what it was served; the frame it traced cannot be saved:
             # nothing of its own to write (each waiter used to write the same entry again)
-            assert s["dynamo_published"] == 0, frames
+            assert s["dynamo_published"] == 0 and s["dynamo_flight_published"] == 0, frames
         assert equal(r["result"], stock["stock"])  # bitwise stock Inductor's loss and gradients
 
 
