@@ -238,6 +238,7 @@ class FrameCache:
                 entry = compat.precompile.loads(zlib.decompress(got.blobs[BLOB]))
                 frames = compat.precompile.frames_in(entry)
                 compat.triton.install_helper_modules(got.blobs)  # before Triton's driver starts
+                compat.isa.install_isa_libraries(got.blobs)  # before Inductor checks this CPU
             except Exception as e:  # noqa: BLE001 - any reason it does not install here: an older one, else trace
                 self.stats.add(dynamo_invalid=1)
                 log.debug("raycompile: precompile entry %s of %s does not load here (%s: %s)", g, known.label,
@@ -343,8 +344,9 @@ class FrameCache:
         if generation >= FRAMES_GENERATIONS:
             self.stats.add(dynamo_full=1)
             return
-        # Triton's compiled helper modules ride along: a node that loads these frames need not build them
-        helpers = compat.triton.helper_modules()
+        # Triton's compiled helper modules and the libraries of Inductor's CPU checks ride along: a
+        # node that loads these frames need not build them
+        helpers = {**compat.triton.helper_modules(), **compat.isa.isa_libraries()}
         self.cache.put(Entry(frames_generation(known.base, generation), {BLOB: blob, **helpers},
                              {"label": f"compiled frames of {known.label}", "frames": frames,
                               "generation": generation, "parts": keys.parts_of(known.base) or {}}))

@@ -409,6 +409,7 @@ class Hooks:
         # the farm's workers compile with Inductor's ptxas; so does this process (its Triton
         # cache lookups then find the cubins they published)
         self._installed.enter_context(compat.inductor_ptxas())
+        self._installed.enter_context(compat.isa.isa_checks_recorded())  # their libraries go with frames
         self._installed.enter_context(compat.compile_workers_in_processes())
         # max-autotune's coordinate descent at a kernel's first run: its candidates compiled at once
         # (threads: the compile is mostly ptxas, a subprocess), timed in stock's order

@@ -8,7 +8,8 @@ versions it was checked on (``CHECKED_ON``):
 - ``entry``: torch.compile's backend, Inductor's config and compile pools, its remote caches;
 - ``triton``: compiling a Triton kernel (cross-compiling without a GPU), Triton's cache, ptxas,
   the ``DeviceProperties`` text of a kernel source (parsed here only);
-- ``cpp``: C++ kernel builds;
+- ``cpp``: C++ kernel builds; ``isa``: the libraries of Inductor's checks of this CPU's vector
+  instruction sets, which travel with compiled frames;
 - ``codegen``: the output module's wrapper codegen and futures;
 - ``autotuner``: a compiled kernel's configs and winners, user ``@triton.jit`` kernels;
 - ``autotune``: max-autotune's tuning pool, config benchmarks, the GPU actors' touch points;
@@ -43,6 +44,7 @@ from . import (
     entry,
     graphs,
     guards,
+    isa,
     precompile,
     triton,
     tuning,
@@ -127,7 +129,7 @@ from .triton import (
 
 FAMILIES = {"entry": entry, "triton": triton, "cpp": cpp, "codegen": codegen, "autotuner": autotuner,
             "autotune": autotune, "dynamo": dynamo, "guards": guards, "precompile": precompile, "devices": devices,
-            "graphs": graphs, "autograd": autograd, "tuning": tuning}
+            "graphs": graphs, "autograd": autograd, "tuning": tuning, "isa": isa}
 
 # name -> (module, attribute path), every family's
 SEAMS: Seams = {name: seam for family in FAMILIES.values() for name, seam in family.SEAMS.items()}

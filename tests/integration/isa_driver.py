@@ -1,0 +1,39 @@
+"""One process of tests/integration/test_isa_libraries.py, in its own Inductor cache dir
+(TORCHINDUCTOR_CACHE_DIR): ``record`` checks this CPU's vector instruction sets with the checks
+recorded (``compat.isa``) and saves the ISA Inductor picked and the libraries' blobs; ``load``
+installs those blobs, forbids every C++ build (a build raises), checks again and saves its pick."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+
+
+def main() -> None:
+    mode, path = sys.argv[1], sys.argv[2]
+    from torch._inductor import cpp_builder, cpu_vec_isa
+
+    from raycompile.wrapper import compat
+
+    if mode == "record":
+        with compat.isa.isa_checks_recorded():
+            picked = str(cpu_vec_isa.pick_vec_isa())
+        saved = {"picked": picked, "blobs": compat.isa.isa_libraries()}
+    else:
+        with open(path, "rb") as f:
+            got = pickle.load(f)
+        written = compat.isa.install_isa_libraries(got["blobs"])
+
+        def no_build(self: object, *args: object, **kwargs: object) -> None:
+            raise AssertionError("a check library was built again")
+
+        cpp_builder.CppBuilder.build = no_build  # a check that must build fails: another ISA is picked
+        saved = {"picked": str(cpu_vec_isa.pick_vec_isa()), "written": written,
+                 "again": compat.isa.install_isa_libraries(got["blobs"])}
+        path += ".load"
+    with open(path, "wb") as f:
+        pickle.dump(saved, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""The libraries of Inductor's checks of this CPU's vector instruction sets travel with compiled
+frames (``compat.isa``): a process that checked records the libraries its checks built, and a
+process with an empty Inductor cache dir that installs them checks this CPU without building any
+(a build there fails the check) and picks the same instruction set. Real Inductor checks, real g++
+builds in the first process, real child-process loads in both."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+from raycompile.wrapper.compat import isa
+
+HERE = pathlib.Path(__file__).parent
+
+
+def run(mode: str, cache: pathlib.Path, out: pathlib.Path) -> None:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    proc = subprocess.run([sys.executable, str(HERE / "isa_driver.py"), mode, str(out)], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Inductor's ISA checks build Linux libraries")
+def test_a_fresh_cache_dir_checks_this_cpu_without_building(tmp_path: pathlib.Path) -> None:
+    run("record", tmp_path / "built", tmp_path / "isa.pkl")
+    recorded = pickle.loads((tmp_path / "isa.pkl").read_bytes())
+    blobs = recorded["blobs"]
+    if recorded["picked"] == "INVALID_VEC_ISA" and not blobs:
+        pytest.skip("this CPU offers Inductor no vector instruction set to check")
+    assert blobs and all(b.startswith(isa.ISA_BLOB) and b.endswith(".so") for b in blobs), sorted(blobs)
+
+    run("load", tmp_path / "fresh", tmp_path / "isa.pkl")
+    loaded = pickle.loads((tmp_path / "isa.pkl.load").read_bytes())
+    assert loaded["written"] == len(blobs) and loaded["again"] == 0, loaded  # each written once
+    assert loaded["picked"] == recorded["picked"], (loaded, recorded)  # no build, the same pick
+
+
+def test_a_blob_not_named_as_inductor_names_a_library_is_not_written(tmp_path: pathlib.Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    key = "c" + "a" * 51
+    bad = {f"{isa.ISA_BLOB}../{key}.so": b"x", f"{isa.ISA_BLOB}zz/{key}.so": b"x",  # outside, wrong subdir
+           f"{isa.ISA_BLOB}aa/{key}.py": b"x", f"{isa.ISA_BLOB}aa/{key}.so/../../x.so": b"x"}
+    assert isa.install_isa_libraries(bad) == 0
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))
+    assert isa.install_isa_libraries({f"{isa.ISA_BLOB}aa/{key}.so": b"x"}) == 1
+    assert (tmp_path / "aa" / f"{key}.so").read_bytes() == b"x"
