@@ -26,7 +26,9 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import FarmUnavailableError
 from ..settings import Settings
@@ -146,7 +148,8 @@ def _quiet_ray() -> None:
             logger.addFilter(_NOISE)
 
 
-def connect(settings: Settings, target: Target | None = None) -> Joined:
+def connect(settings: Settings, target: Target | None = None,
+            cancelled: Callable[[], bool] = lambda: False) -> Joined:
     """Join the cluster ``target`` names (``resolve(settings)`` when None), or start an embedded
     local Ray. Returns what was joined; ``owns`` says this call started the connection (so the
     caller shuts Ray down). A process already connected keeps its connection.
@@ -174,7 +177,7 @@ def connect(settings: Settings, target: Target | None = None) -> Joined:
         _check_gcs(target, settings.connect_timeout_s)
     try:
         if target.address is not None:
-            _init_joining(ray, target, settings)
+            _init_joining(ray, target, settings, cancelled)
         else:
             ray.init(address="local", num_cpus=settings.num_cpus, namespace=settings.namespace,
                      include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
@@ -192,34 +195,40 @@ def connect(settings: Settings, target: Target | None = None) -> Joined:
 
 
 CLIENT_ATTEMPTS = 3  # Ray Client joins, when the head could not start the client's server (below)
+CLIENT_REPORT_S = 30.0  # how long Ray Client takes to report that dead server (its channel's time-out)
 CLIENT_SERVER_FIX = (
     "The head's Ray Client proxier started this client's server process and it died at once: Ray's "
     "issue #63202 (the proxier forks while its gRPC threads run; on a 2-CPU machine one join in three "
     "failed). Start the head with GRPC_ENABLE_FORK_SUPPORT=0 in its environment "
     "(`GRPC_ENABLE_FORK_SUPPORT=0 ray start --head ...`), or join by the GCS address (host:6379) "
-    "instead of ray://.")
+    "instead of ray://. If every join fails so, the head's ray_client_server_<port>.err says why.")
+_DIED = ("Starting Ray client server failed",  # the server process exited before it ran
+         "NoSuchProcess", "ZombieProcess")  # ... while the proxier looked at it (psutil's errors)
+_NOT_DIED = ("runtime_env", "Authentication", "authentication")  # failures in the proxier's own steps
 
 
 def _client_server_died(error: BaseException) -> bool:
     """Whether ``ray.init(ray://...)`` failed because the head's proxier could not start this
-    client's own server process (Ray's "Initialization failure from server", raised from
-    ``start_specific_server``)."""
+    client's own server process (Ray's "Initialization failure from server" with the process
+    gone), not because of a step that fails the same way every time (a runtime_env, a token)."""
     text = str(error)
-    return "Initialization failure from server" in text and (
-        "Starting Ray client server failed" in text or "start_specific_server" in text)
+    return ("Initialization failure from server" in text and any(d in text for d in _DIED)
+            and not any(n in text for n in _NOT_DIED))
 
 
-def _init_joining(ray, target: Target, settings: Settings) -> None:  # noqa: ANN001 - the ray module
+def _init_joining(ray: Any, target: Target, settings: Settings,
+                  cancelled: Callable[[], bool] = lambda: False) -> None:
     """``ray.init`` for a cluster. A Ray Client join whose server process died on the head (Ray's
-    bug, ``CLIENT_SERVER_FIX``) is tried again, ``CLIENT_ATTEMPTS`` times in all: each try is a
-    new server process, and Ray takes about 30 s to report a dead one, so this is bounded too."""
+    bug, ``CLIENT_SERVER_FIX``) is tried again, ``CLIENT_ATTEMPTS`` times in all, unless the
+    session is closing (``cancelled``); Ray reports each dead server after ``CLIENT_REPORT_S``,
+    which the start's wait allows for (``Startup.wait_s``)."""
     for attempt in range(1, CLIENT_ATTEMPTS + 1):
         try:
             ray.init(address=_init_address(target), namespace=settings.namespace, log_to_driver=False,
                      logging_level=logging.WARNING)
             return
         except Exception as e:  # noqa: BLE001 - only Ray's dead-server failure is tried again
-            if attempt == CLIENT_ATTEMPTS or not _client_server_died(e):
+            if attempt == CLIENT_ATTEMPTS or cancelled() or not _client_server_died(e):
                 raise
             log.warning("raycompile: Ray Client's server for this process died on the head at %s "
                         "(Ray issue #63202); joining again (%d of %d). %s", target.address, attempt + 1,

@@ -33,7 +33,7 @@ from ..observe.progress import Progress
 from ..observe.stats import Stats
 from ..settings import Settings
 from . import raycalls
-from .connect import EMBEDDED, Joined, Target, connect
+from .connect import CLIENT_ATTEMPTS, CLIENT_REPORT_S, EMBEDDED, Joined, Target, connect
 
 if TYPE_CHECKING:  # both import Ray: loaded at the start, in the background
     from .coordinator import ClusterDedupe
@@ -120,7 +120,7 @@ class Startup:
 
     def _start(self) -> None:
         settings = self.settings
-        joined = connect(settings, self._target)
+        joined = connect(settings, self._target, self._closing.is_set)
         if not self._keep(joined=joined):
             return
         self.seconds["connected"] = time.monotonic() - self._t0
@@ -207,8 +207,14 @@ class Startup:
 
     @property
     def wait_s(self) -> float:
-        """How long a compile waits for the start: reaching Ray, then the first-contact probe."""
-        return 2 * self.settings.connect_timeout_s
+        """How long a compile waits for the start: reaching Ray, then the first-contact probe; for
+        a Ray Client address, also the joins tried again when the head's server for this client
+        died (``connect.CLIENT_ATTEMPTS``, each reported by Ray after ``CLIENT_REPORT_S``)."""
+        wait = 2 * self.settings.connect_timeout_s
+        address = self._target.address if self._target is not None else None
+        if address is not None and address.startswith("ray://"):
+            wait += (CLIENT_ATTEMPTS - 1) * CLIENT_REPORT_S
+        return wait
 
     def wait_farm(self, timeout: float | None = None) -> Farm | None:
         """The farm once the start is done (waiting at most ``timeout``, default ``wait_s``); None

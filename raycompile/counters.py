@@ -333,7 +333,7 @@ COUNTERS: tuple[Counter, ...] = (
     Counter(
         "dynamo_flight_publish_seconds",
         "single flight of compiled frames",
-        "what those publishes took (serializing the frames so far), on its compiling thread and its watcher",
+        "what those publishes took (Dynamo's lock, serializing the frames so far), on its compiling thread and watcher",
         seconds=True,
     ),
     Counter(

@@ -237,13 +237,16 @@ class FrameCache:
             try:
                 entry = compat.precompile.loads(zlib.decompress(got.blobs[BLOB]))
                 frames = compat.precompile.frames_in(entry)
-                compat.triton.install_helper_modules(got.blobs)  # before Triton's driver starts
-                compat.isa.install_isa_libraries(got.blobs)  # before Inductor checks this CPU
             except Exception as e:  # noqa: BLE001 - any reason it does not install here: an older one, else trace
                 self.stats.add(dynamo_invalid=1)
                 log.debug("raycompile: precompile entry %s of %s does not load here (%s: %s)", g, known.label,
                           type(e).__name__, str(e)[:300])
                 continue
+            try:  # what rides along: without it, this node builds them itself, as stock does
+                compat.triton.install_helper_modules(got.blobs)  # before Triton's driver starts
+                compat.isa.install_isa_libraries(got.blobs)  # before Inductor checks this CPU
+            except OSError as e:
+                log.debug("raycompile: helper modules of %s not installed (%s)", known.label, e)
             known.written_frames = frames
             self.stats.add(dynamo_hits=1, dynamo_frames_loaded=frames,
                            dynamo_frames_moved=frames if compat.precompile.moved_from(entry) is not None else 0)

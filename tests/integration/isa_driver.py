@@ -9,6 +9,14 @@ import pickle
 import sys
 
 
+def checked(cpu_vec_isa: object) -> list[tuple[str, str]]:
+    """Inductor's pick, then each valid set with its build flags (which name every C++ kernel:
+    a bf16 or AMX-fp16 check that failed would change them, not the set's name)."""
+    picked = cpu_vec_isa.pick_vec_isa()  # type: ignore[attr-defined]
+    return [(str(picked), picked.build_arch_flags())] + [
+        (str(isa), isa.build_arch_flags()) for isa in cpu_vec_isa.valid_vec_isa_list()]  # type: ignore[attr-defined]
+
+
 def main() -> None:
     mode, path = sys.argv[1], sys.argv[2]
     from torch._inductor import cpp_builder, cpu_vec_isa
@@ -17,18 +25,20 @@ def main() -> None:
 
     if mode == "record":
         with compat.isa.isa_checks_recorded():
-            picked = str(cpu_vec_isa.pick_vec_isa())
+            picked = checked(cpu_vec_isa)
         saved = {"picked": picked, "blobs": compat.isa.isa_libraries()}
     else:
         with open(path, "rb") as f:
             got = pickle.load(f)
         written = compat.isa.install_isa_libraries(got["blobs"])
+        builds = []
 
         def no_build(self: object, *args: object, **kwargs: object) -> None:
+            builds.append(str(self))  # counted here: Inductor's check swallows what a build raises
             raise AssertionError("a check library was built again")
 
-        cpp_builder.CppBuilder.build = no_build  # a check that must build fails: another ISA is picked
-        saved = {"picked": str(cpu_vec_isa.pick_vec_isa()), "written": written,
+        cpp_builder.CppBuilder.build = no_build  # a check that must build fails
+        saved = {"picked": checked(cpu_vec_isa), "written": written, "builds": builds,
                  "again": compat.isa.install_isa_libraries(got["blobs"])}
         path += ".load"
     with open(path, "wb") as f:

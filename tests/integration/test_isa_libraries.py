@@ -1,7 +1,8 @@
 """The libraries of Inductor's checks of this CPU's vector instruction sets travel with compiled
 frames (``compat.isa``): a process that checked records the libraries its checks built, and a
 process with an empty Inductor cache dir that installs them checks this CPU without building any
-(a build there fails the check) and picks the same instruction set. Real Inductor checks, real g++
+(each build there is counted, and fails the check) and finds the same instruction sets valid,
+with the same build flags, which name every C++ kernel. Real Inductor checks, real g++
 builds in the first process, real child-process loads in both."""
 
 from __future__ import annotations
@@ -31,14 +32,16 @@ def test_a_fresh_cache_dir_checks_this_cpu_without_building(tmp_path: pathlib.Pa
     run("record", tmp_path / "built", tmp_path / "isa.pkl")
     recorded = pickle.loads((tmp_path / "isa.pkl").read_bytes())
     blobs = recorded["blobs"]
-    if recorded["picked"] == "INVALID_VEC_ISA" and not blobs:
+    if recorded["picked"][0][0] == "INVALID_VEC_ISA" and not blobs:
         pytest.skip("this CPU offers Inductor no vector instruction set to check")
     assert blobs and all(b.startswith(isa.ISA_BLOB) and b.endswith(".so") for b in blobs), sorted(blobs)
 
     run("load", tmp_path / "fresh", tmp_path / "isa.pkl")
     loaded = pickle.loads((tmp_path / "isa.pkl.load").read_bytes())
     assert loaded["written"] == len(blobs) and loaded["again"] == 0, loaded  # each written once
-    assert loaded["picked"] == recorded["picked"], (loaded, recorded)  # no build, the same pick
+    assert loaded["builds"] == [], loaded  # every check found its library: nothing built
+    # the same pick and valid sets, with the same build flags (the bf16 and AMX-fp16 variants too)
+    assert loaded["picked"] == recorded["picked"], (loaded, recorded)
 
 
 def test_a_blob_not_named_as_inductor_names_a_library_is_not_written(tmp_path: pathlib.Path,

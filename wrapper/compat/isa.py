@@ -41,7 +41,7 @@ SEAMS: Seams = {
 
 ISA_BLOB = "inductor-isa:"  # blob name prefix: inductor-isa:<subdir>/<key>.so, under Inductor's cache dir
 # <key[1:3]>/<key>.so, the key "c" and 51 base32 characters (Inductor's code_hash)
-_NAME = re.compile(r"^(?P<sub>[a-z0-9]{2})/(?P<key>c[a-z0-9]{51})\.so$")
+_NAME = re.compile(r"(?P<sub>[a-z0-9]{2})/(?P<key>c[a-z0-9]{51})\.so")
 
 _found: set[str] = set()  # the libraries this process's checks found or built, by path
 
@@ -67,15 +67,15 @@ def isa_checks_recorded() -> Iterator[None]:
 
     stock = VecISA.__dict__["check_build"]
 
-    def check_build(self: Any, code: str) -> bool:
-        ok = stock(self, code)
+    def check_build(self: Any, code: str, *args: Any, **kwargs: Any) -> bool:
+        ok = stock(self, code, *args, **kwargs)
         try:
             path = _library(self, code)
         except Exception:  # noqa: BLE001 - only what travels with frames: the check stands as it is
             path = None
         if path is not None:
             _found.add(path)
-        return bool(ok)
+        return ok  # type: ignore[no-any-return]
 
     VecISA.check_build = check_build
     try:
@@ -92,7 +92,7 @@ def isa_libraries() -> dict[str, bytes]:
     root, out = os.path.realpath(cache_dir()), {}
     for path in sorted(_found):
         name = os.path.relpath(os.path.realpath(path), root)
-        if not _NAME.match(name):  # in another cache dir, or not a name Inductor gives one
+        if not _NAME.fullmatch(name):  # in another cache dir, or not a name Inductor gives one
             continue
         try:
             with open(path, "rb") as f:
@@ -111,7 +111,7 @@ def install_isa_libraries(blobs: dict[str, bytes]) -> int:
     for blob, data in blobs.items():
         if not blob.startswith(ISA_BLOB):
             continue
-        m = _NAME.match(blob[len(ISA_BLOB):])
+        m = _NAME.fullmatch(blob[len(ISA_BLOB):])
         if m is None or m.group("key")[1:3] != m.group("sub"):
             continue
         path = os.path.join(cache_dir(), m.group("sub"), f"{m.group('key')}.so")
