@@ -24,6 +24,17 @@ def write_atomic(path: str, data: bytes) -> None:
         raise
 
 
+def write_missing(files: Mapping[str, bytes]) -> int:
+    """Write each file of ``files`` (path -> bytes) that is not there (atomically); returns how
+    many were written. For files named by their content: one that is there is the same."""
+    written = 0
+    for path, data in files.items():
+        if not os.path.exists(path):
+            write_atomic(path, data)
+            written += 1
+    return written
+
+
 def _is_manifest(path: str) -> bool:
     return os.path.basename(path).startswith("__grp__")
 

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ...cache import write_atomic
+from ...cache import write_missing
 from ._base import Seams
 
 CHECKED_ON = ("2.11.0", "2.13.0")
@@ -107,15 +107,11 @@ def install_isa_libraries(blobs: dict[str, bytes]) -> int:
     checks look for them, unless they are there; returns how many were written."""
     from torch._inductor.runtime.runtime_utils import cache_dir
 
-    written = 0
+    files = {}
     for blob, data in blobs.items():
         if not blob.startswith(ISA_BLOB):
             continue
         m = _NAME.fullmatch(blob[len(ISA_BLOB):])
-        if m is None or m.group("key")[1:3] != m.group("sub"):
-            continue
-        path = os.path.join(cache_dir(), m.group("sub"), f"{m.group('key')}.so")
-        if not os.path.exists(path):
-            write_atomic(path, data)
-            written += 1
-    return written
+        if m is not None and m.group("key")[1:3] == m.group("sub"):
+            files[os.path.join(cache_dir(), m.group("sub"), f"{m.group('key')}.so")] = data
+    return write_missing(files)

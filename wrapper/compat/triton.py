@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ...cache import keys, write_atomic
+from ...cache import keys, write_missing
 from ...errors import UnknownArchError
 from ._base import Seams
 
@@ -344,20 +344,14 @@ def helper_modules() -> dict[str, bytes]:
 def install_helper_modules(blobs: dict[str, bytes]) -> int:
     """Put helper modules (blobs of ``helper_modules``, from a signed entry) where this process's
     Triton looks for them, unless they are there; returns how many were written."""
-    written = 0
+    files = {}
     for blob, data in blobs.items():
         if not blob.startswith(HELPER_BLOB):
             continue
         group, _, name = blob[len(HELPER_BLOB):].partition("/")
-        if not _HELPER_KEY.match(group) or not name.endswith(".so") or "/" in name:
-            continue
-        for root in _helper_dirs():
-            path = os.path.join(root, group, name)
-            if not os.path.exists(path):
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                write_atomic(path, data)
-                written += 1
-    return written
+        if _HELPER_KEY.match(group) and name.endswith(".so") and "/" not in name:
+            files.update({os.path.join(root, group, name): data for root in _helper_dirs()})
+    return write_missing(files)
 
 
 # --- ptxas ---------------------------------------------------------------------------------------
