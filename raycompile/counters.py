@@ -253,6 +253,11 @@ COUNTERS: tuple[Counter, ...] = (
         "coordinate descent's candidates compiled at once, ahead of their timing",
     ),
     Counter(
+        "coordesc_in_workers",
+        "autotuning on GPU actors",
+        "of those, compiled in this node's compile workers (processes) rather than on this process's threads",
+    ),
+    Counter(
         "tunings_adopted",
         "autotuning on GPU actors",
         "kernels whose first-run tuning (configs, coordinate descent) another process of this node had the turn "

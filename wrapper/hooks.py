@@ -157,6 +157,12 @@ class Router:
             self.on_triton_job()  # on Inductor's thread: it reads the compile's config
         return self._route(job, lambda: self._stock_process_pool().submit(fn, *args))
 
+    def compile_processes(self) -> Any | None:
+        """This node's compile workers (Inductor's process pool) where they run already, for work
+        that is this process's own (coordinate descent's candidates); None where none was started
+        (this node's jobs go to Ray): nothing is started for it."""
+        return self._stock_process_pool() if compat.pool_started(self._stock_process_pool) else None
+
     def start_compiling(self) -> None:
         """A graph compile starts (the session's gate on Inductor's backend). Inductor probes its
         pool once per process; where that probe came from a module loading (nothing compiled then,
@@ -412,10 +418,11 @@ class Hooks:
         self._installed.enter_context(compat.isa.isa_checks_recorded())  # their libraries go with frames
         self._installed.enter_context(compat.compile_workers_in_processes())
         # max-autotune's coordinate descent at a kernel's first run: its candidates compiled at once
-        # (threads: the compile is mostly ptxas, a subprocess), timed in stock's order
+        # (in this node's compile workers where they run, else on threads), timed in stock's order
         stats = router.stats
         self._installed.enter_context(compat.coordesc_prefetched(
-            COORDESC_THREADS, lambda n: stats.add(coordesc_prefetched=n)))
+            COORDESC_THREADS, lambda n: stats.add(coordesc_prefetched=n), router.compile_processes,
+            lambda n: stats.add(coordesc_in_workers=n)))
         # a kernel's first-run tuning, one process of the node at a time: the others (a job's
         # ranks) take its pick instead of timing the same candidates again on the same GPUs
         self._installed.enter_context(compat.tuning.tuning_in_turns(

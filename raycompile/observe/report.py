@@ -155,7 +155,8 @@ def autotune_lines(stats: Mapping[str, Any]) -> list[str]:
         f"{stats.get('benchmark_wall_seconds', 0.0):.1f} s; {stats.get('benchmarks_verified', 0)} timed again here",
         f"    failed {stats.get('benchmark_failures', 0)}   GPU restarts {stats.get('gpu_restarts', 0)}   "
         f"kernels tuned locally {local}   winners from the cache {cached}   "
-        f"coordinate-descent candidates compiled ahead {stats.get('coordesc_prefetched', 0)}",
+        f"coordinate-descent candidates compiled ahead {stats.get('coordesc_prefetched', 0)} "
+        f"({stats.get('coordesc_in_workers', 0)} in the compile workers)",
     ]
     if any(decided):
         lines.append(f"    max-autotune decisions: {decided[0]} taken from the cache (another process's picks, "

@@ -48,8 +48,11 @@ def test_coordinate_descent_candidates_are_compiled_ahead(local_ray: None, tmp_p
         farm_r = compiled_out(reduction, r)
         s = raycompile.stats()
         report = raycompile.report()
-    print(f"\ncoordinate-descent candidates compiled ahead: {s['coordesc_prefetched']}")
+    print(f"\ncoordinate-descent candidates compiled ahead: {s['coordesc_prefetched']}, "
+          f"in the compile workers {s['coordesc_in_workers']}")
     assert s["coordesc_prefetched"] >= 2, s  # at least the pointwise kernel's neighbours
+    # this node's kernels compiled in Inductor's workers, which then compiled the candidates too
+    assert s["coordesc_in_workers"] == s["coordesc_prefetched"], s
     assert torch.equal(farm, stock)
     torch.testing.assert_close(farm_r, reduction(r))
     assert "coordinate-descent candidates compiled ahead" in report

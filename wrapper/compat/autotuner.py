@@ -2,7 +2,8 @@
 configs) and Triton's ``JITFunction``: the configs a kernel was compiled for, the winner Inductor's
 autotune cache knows, restricting a kernel to one config, recovering a kernel's source, and a
 user's ``@triton.jit`` kernel bundled to travel; the candidates of a kernel's coordinate descent
-compiled at once (``coordesc_prefetched``). Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
+compiled at once (``coordesc_prefetched``), in the node's compile workers where they run.
+Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
 
 from __future__ import annotations
 
@@ -344,11 +345,14 @@ class CoordescPrefetch:
     asks ``precompile_config`` where it would compile one, and gets the compile made ahead.
     ``seen_best(config)`` is called before each comparison with the tuner's best config: where it
     changed (a candidate won), the sweep from the new best is compiled ahead the same way, so a
-    later sweep's candidates are not compiled one at a time either. ``counted(n)``: n compiled."""
+    later sweep's candidates are not compiled one at a time either. ``counted(n)``: n compiled.
+    ``ahead(config)``, where given, is what a prefetch thread runs for a config instead of
+    ``compile_one`` (``in_compile_workers``: the compile in a worker process, then the load here)."""
 
     def __init__(self, kernel: Any, compile_one: Callable[..., Any], pool: concurrent.futures.Executor,
-                 counted: Callable[[int], None]) -> None:
+                 counted: Callable[[int], None], ahead: Callable[[Any], Any] | None = None) -> None:
         self.kernel, self.compile_one, self.pool, self.counted = kernel, compile_one, pool, counted
+        self.ahead = ahead or compile_one  # what a prefetch thread runs for one config
         self.futures: dict[Any, concurrent.futures.Future[Any]] = {}
         self.handed: set[Any] = set()  # configs the tuner took: never compiled again
         self.best: Any = None
@@ -362,7 +366,7 @@ class CoordescPrefetch:
             key = _config_key(cfg)
             if key not in timed and key not in self.futures and key not in self.handed and key != self.best:
                 todo[key] = cfg
-        new = {key: self.pool.submit(self.compile_one, cfg) for key, cfg in todo.items()}
+        new = {key: self.pool.submit(self.ahead, cfg) for key, cfg in todo.items()}
         self.futures.update(new)
         if new:
             concurrent.futures.wait(new.values(), timeout=COORDESC_WAIT_S)
@@ -390,8 +394,38 @@ class CoordescPrefetch:
         self.futures.clear()
 
 
+def in_compile_workers(kernel: Any, compile_one: Callable[[Any], Any], processes: Callable[[], Any],
+                       counted: Callable[[int], None]) -> Callable[[Any], Any] | None:
+    """For ``CoordescPrefetch(ahead=...)``: a config of ``kernel`` compiled in this node's compile
+    workers (``processes()``: Inductor's process pool, None where it is not running), then taken
+    here with ``compile_one`` (``_precompile_config``), which finds it in Triton's cache. Triton's
+    front end holds the GIL for much of a compile, so configs compiled at once on threads of this
+    process wait on each other; in worker processes they do not. A compile the workers could not
+    make (a broken pool, a key that differs) is made here, as before; ``counted(1)`` for each the
+    workers made. None where the kernel's source is unknown or no pool runs."""
+    found = autotuner_source(kernel)
+    workers = processes() if found is not None else None
+    if workers is None or found is None:
+        return None
+    from .triton import compile_config_for_target, compile_job_env, triton_extra_config
+
+    name, source = found
+    env, config = compile_job_env(), triton_extra_config(source)
+
+    def ahead(cfg: Any) -> Any:
+        try:
+            workers.submit(compile_config_for_target, name, source, cfg, env, config).result(timeout=COORDESC_WAIT_S)
+            counted(1)
+        except Exception as e:  # noqa: BLE001 - compiled here instead, as on a prefetch thread before
+            log.debug("raycompile: a coordinate-descent candidate not compiled in the compile workers: %s", e)
+        return compile_one(cfg)
+
+    return ahead
+
+
 @contextlib.contextmanager
-def coordesc_prefetched(workers: int, counted: Callable[[int], None]) -> Iterator[None]:
+def coordesc_prefetched(workers: int, counted: Callable[[int], None], processes: Callable[[], Any] | None = None,
+                        in_workers: Callable[[int], None] | None = None) -> Iterator[None]:
     """Coordinate descent (max-autotune's tuning of a pointwise or reduction kernel at its first
     run, ``CachingAutotuner.coordinate_descent_tuning``) compiles each candidate config (Triton,
     then ptxas) just before timing it, one after another, on the step's critical path. Inside,
@@ -401,7 +435,9 @@ def coordesc_prefetched(workers: int, counted: Callable[[int], None]) -> Iterato
     ``CoordescTuner.compare_config``); the tuner takes each compile where it would have made it.
     Nothing is timed while they compile (a timing beside busy threads would be another timing than
     stock's); the timings, their order and so the pick are stock's. ``counted(n)``: n candidates
-    compiled ahead. Restored on exit."""
+    compiled ahead. ``processes``: this node's compile workers where they run (else None), which
+    then compile the candidates (``in_compile_workers``, ``in_workers(n)`` counting them) while
+    the threads wait for them and load them. Restored on exit."""
     from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
@@ -415,7 +451,13 @@ def coordesc_prefetched(workers: int, counted: Callable[[int], None]) -> Iterato
         if (not coordesc_first_sweep(self, launcher.config) or "_precompile_config" in self.__dict__
                 or id(tuner) in active or not _kernel_loaded(self)):
             return stock(self, launcher, *args, **kwargs)
-        prefetch = CoordescPrefetch(self, self._precompile_config, pool, counted)
+        ahead = None
+        if processes is not None:
+            try:
+                ahead = in_compile_workers(self, self._precompile_config, processes, in_workers or (lambda n: None))
+            except Exception as e:  # noqa: BLE001 - the threads compile them, as before
+                log.debug("raycompile: coordinate descent's candidates compiled on threads: %s", e)
+        prefetch = CoordescPrefetch(self, self._precompile_config, pool, counted, ahead)
         prefetch.ahead_from(launcher.config)
         self._precompile_config = prefetch.precompile_config  # this kernel's tuning only: removed below
         active[id(tuner)] = prefetch

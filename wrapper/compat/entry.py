@@ -156,6 +156,13 @@ def pools_routed(pool: Any, submit: Callable[[Callable[[], Any]], Any]) -> Itera
         ac._ready_future = None
 
 
+def pool_started(process_pool: Callable[[], Any]) -> bool:
+    """Whether ``process_pool`` (``stock_pools()``'s factory: ``AsyncCompile.process_pool``, an
+    ``lru_cache`` of one) made its pool already, so asking for it starts nothing."""
+    info = getattr(process_pool, "cache_info", None)
+    return callable(info) and info().currsize > 0
+
+
 def wake_pool(pool: Any) -> None:
     """Start a stock compile pool's workers now (``SubprocPool.wakeup``: its sidecar process
     starts its ProcessPoolExecutor), as ``AsyncCompile.wakeup`` does for stock's own pool; a

@@ -250,6 +250,46 @@ def compile_for_target(kernel_name: str, source: str, extra_env: dict[str, str],
     return kernel
 
 
+def compile_config_for_target(kernel_name: str, source: str, cfg: Any, extra_env: dict[str, str],
+                              extra_config: dict[str, Any]) -> float:
+    """One config ``cfg`` (a ``triton.Config``) of an Inductor Triton kernel module compiled into
+    this node's Triton cache, as a stock compile worker compiles each of a kernel's configs
+    (``_worker_compile_triton``: Inductor's ptxas, the driver's env and config, then
+    ``CachingAutotuner._precompile_config``); cross-compiled where this node has no GPU. Run in a
+    compile worker: the driver's own ``_precompile_config(cfg)`` then finds it in the cache.
+    Returns the seconds it took."""
+    import time
+
+    import torch
+    from torch._inductor import config
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+
+    start = time.perf_counter()
+    set_inductor_ptxas()
+    os.environ.update(extra_env)
+    libdevice = extra_env.get("TRITON_LIBDEVICE_PATH")  # as _worker_compile_triton applies it
+    if libdevice:
+        with contextlib.suppress(ImportError, AttributeError):
+            from triton import knobs
+
+            knobs.nvidia.libdevice_path = libdevice
+    device_type, arch, warp_size = target_of(source)
+    ctx: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if device_type == "cuda" and not torch.cuda.is_available():
+        ctx = compile_only_driver(device_type, arch, warp_size)
+    with ctx, config.patch(extra_config):
+        _load_triton_kernel_from_source(kernel_name, source)._precompile_config(cfg)
+    return time.perf_counter() - start
+
+
+def compile_job_env() -> dict[str, str]:
+    """What ``AsyncCompile.triton`` sends a compile worker of this process's environment (its
+    Inductor and Triton cache dirs, libdevice), so a worker's compile lands where this process
+    looks."""
+    names = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TRITON_LIBDEVICE_PATH")
+    return {v: os.environ[v] for v in names if v in os.environ}
+
+
 def warm_compile_worker() -> None:
     """Import what a compile job uses (seconds on a fresh worker process)."""
     import torch._inductor.codecache  # noqa: F401

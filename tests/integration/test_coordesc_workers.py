@@ -1,0 +1,136 @@
+"""Coordinate descent's candidates compiled in the node's compile workers
+(``compat.autotuner.in_compile_workers``), for real on this CPU box: a reduction kernel Inductor
+generated for an H100 (torch 2.11 corpus), Inductor's own process pool (``SubprocPool``), Triton
+cross-compiling for sm_90, and Inductor's real coordinate-descent tuner. Only the GPU's timing is a
+stand-in (``bowl``: these machines have no GPU), under which the tuner moves across several
+sweeps. Every candidate it times is compiled in a worker process; this process then finds each in
+Triton's cache and compiles nothing itself; the pick is the one the tuner makes with every
+candidate compiled here, as stock compiles them.
+
+The GPU test (``tests/gpu/test_coordesc_gpu.py``) checks the same through ``raycompile.enable()``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import math
+import pathlib
+import threading
+from typing import Any
+
+import pytest
+
+from raycompile.wrapper import compat
+from raycompile.wrapper.compat import autotuner
+from raycompile.wrapper.compat.triton import jit_function_name
+
+triton = pytest.importorskip("triton")
+
+KERNEL = "c7v64y2hk3bj7jx7bksh5qct3sgwrnaslimos32k3fopact4ovks.py"  # a reduction, XBLOCK x R0_BLOCK
+
+
+def bowl(cfg: Any) -> float:
+    """The stand-in for a GPU's timing: a bowl over the block sizes whose bottom is far from the
+    start, so the tuner moves several times, across several sweeps."""
+    x, r = cfg.kwargs["XBLOCK"], cfg.kwargs["R0_BLOCK"]
+    return 1.0 + (math.log2(x) - 7) ** 2 + (math.log2(r) - 3) ** 2 + 0.1 * abs(cfg.num_warps - 8)
+
+
+@pytest.fixture
+def inductor_dirs(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    """Empty Inductor and Triton cache dirs for this process and the workers it starts."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    return tmp_path
+
+
+def test_candidates_compile_in_worker_processes_and_load_here(corpus: pathlib.Path,
+                                                              inductor_dirs: pathlib.Path) -> None:
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+    from torch._inductor.compile_worker.subproc_pool import SubprocPool
+    from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
+    from torch._inductor.runtime.runtime_utils import triton_hash_to_path_key
+    from triton.compiler.compiler import ASTSource
+
+    source = (corpus / KERNEL).read_text()
+    name = jit_function_name(source)
+    assert name
+    device, arch, warp = compat.target_of(source)
+    meta = {"warp_size": 32, "max_threads_per_block": 1024}  # an H100's, so the tuner asks no GPU
+    baseline = triton.Config({"XBLOCK": 8, "R0_BLOCK": 64}, num_warps=4, num_stages=1)
+
+    def tuner() -> Any:
+        return CoordescTuner(size_hints={"x": 1024, "r0_": 128}, name=name, inductor_meta=dict(meta))
+
+    stock_pick = tuner().autotune(bowl, baseline, None)
+    assert str(stock_pick) != str(baseline)  # the bowl makes it move
+
+    pool = SubprocPool(2)  # Inductor's own compile workers
+    threads = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="raycompile-coordesc")
+    made_here: list[str] = []
+    real_make_ir = ASTSource.make_ir
+
+    def make_ir(self: Any, *args: Any, **kwargs: Any) -> Any:  # a compile in this process, not a cache hit
+        made_here.append(threading.current_thread().name)
+        return real_make_ir(self, *args, **kwargs)
+
+    try:
+        with compat.compile_only_driver(device, arch, warp):
+            kernel = _load_triton_kernel_from_source(name, source)
+            kernel._precompile_config(baseline)  # the start, compiled as the kernel's own configs are
+            real = tuner()
+            kernel.coordesc_tuner = real
+            in_workers: list[int] = []
+            ahead = autotuner.in_compile_workers(kernel, kernel._precompile_config, lambda: pool, in_workers.append)
+            assert ahead is not None
+            counted: list[int] = []
+            prefetch = autotuner.CoordescPrefetch(kernel, kernel._precompile_config, threads, counted.append, ahead)
+            results: dict[str, Any] = {}
+
+            def timed(cfg: Any) -> float:  # benchmark_one_config: the compile result, then its timing
+                results[str(cfg)] = prefetch.precompile_config(cfg)
+                return bowl(cfg)
+
+            ASTSource.make_ir = make_ir
+            try:
+                prefetch.ahead_from(baseline)
+                autotuner.COORDESC_ACTIVE[id(real)] = prefetch
+                with compat.coordesc_prefetched(2, lambda n: None):  # compare_config sees each new best
+                    pick = real.autotune(timed, baseline, None)
+            finally:
+                ASTSource.make_ir = real_make_ir
+                autotuner.COORDESC_ACTIVE.pop(id(real), None)
+                prefetch.close()
+    finally:
+        threads.shutdown()
+        pool.shutdown()
+
+    assert str(pick) == str(stock_pick)
+    candidates = [cfg for cfg in results if cfg != str(baseline)]
+    assert len(candidates) > 4, results  # several sweeps' worth
+    # every compile ahead was a worker's (a sweep from each new best is compiled whole, so some are
+    # never timed), and every candidate timed was one of them:
+    assert sum(in_workers) == sum(counted) >= len(candidates)
+    assert made_here == [], made_here  # and found here in Triton's cache: nothing compiled in this process
+    hashes = {r.kernel.hash for r in results.values()}
+    assert len(hashes) == len(results)  # a binary per config
+    cached = {p.name for p in (inductor_dirs / "triton").iterdir()}
+    assert all(triton_hash_to_path_key(h) in cached for h in hashes)  # the workers' builds, in the cache
+
+
+def test_no_running_pool_leaves_the_candidates_to_threads(corpus: pathlib.Path,
+                                                          inductor_dirs: pathlib.Path) -> None:
+    """Where this node's compile workers are not running (its jobs go to Ray), nothing is started:
+    the prefetch threads compile the candidates, as before."""
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+
+    source = (corpus / KERNEL).read_text()
+    name = jit_function_name(source)
+    with compat.compile_only_driver(*compat.target_of(source)):
+        kernel = _load_triton_kernel_from_source(name, source)
+    assert autotuner.in_compile_workers(kernel, kernel._precompile_config, lambda: None, lambda n: None) is None
+    factory = functools.lru_cache(1)(object)  # as AsyncCompile.process_pool makes its pool
+    assert not compat.pool_started(factory)
+    factory()
+    assert compat.pool_started(factory)
