@@ -140,6 +140,13 @@ def module_key(kind: str, inductor_key: str) -> str:
     return hashlib.sha256(f"raycompile-module:{kind}:{inductor_key}".encode()).hexdigest()
 
 
+def isa_library_key(blob: str) -> str:
+    """The entry holding one library of Inductor's CPU instruction-set checks (``blob``:
+    ``inductor-isa:<subdir>/<key>.so``, whose key Inductor hashed from the check's source, the
+    compiler, the set's flags and torch's version), shared by the nodes whose checks look for it."""
+    return hashlib.sha256(f"raycompile-isa-library:{KEY_VERSION}:{blob}".encode()).hexdigest()
+
+
 FRAMES_GENERATIONS = 8  # a compiled function's entry, published again after recompiles, at most this often
 
 

@@ -127,6 +127,16 @@ COUNTERS: tuple[Counter, ...] = (
         metric=("raycompile_kernel_misses_total", {}, "Kernels that missed every tier and were compiled"),
     ),
     Counter(
+        "isa_libraries_fetched",
+        "cache",
+        "libraries of Inductor's CPU instruction-set checks taken from the tiers instead of built here",
+    ),
+    Counter(
+        "isa_libraries_published",
+        "cache",
+        "check libraries this process built, written to the tiers for the next node",
+    ),
+    Counter(
         "corrupt",
         "cache",
         "entries that failed their sha256 (dropped, repaired by the next write)",

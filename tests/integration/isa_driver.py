@@ -17,8 +17,46 @@ def checked(cpu_vec_isa: object) -> list[tuple[str, str]]:
         (str(isa), isa.build_arch_flags()) for isa in cpu_vec_isa.valid_vec_isa_list()]  # type: ignore[attr-defined]
 
 
+def no_builds(cpp_builder: object) -> list[str]:
+    """Forbid every C++ build from here on (a check that must build fails); the builds asked for."""
+    builds: list[str] = []
+
+    def no_build(self: object, *args: object, **kwargs: object) -> None:
+        builds.append(str(self))  # counted here: Inductor's check swallows what a build raises
+        raise AssertionError("a check library was built again")
+
+    cpp_builder.CppBuilder.build = no_build  # type: ignore[attr-defined]
+    return builds
+
+
+def shared(mode: str, path: str) -> None:
+    """``share-record`` / ``share-load``: the checks with the session's exchange of libraries
+    through a real signed file tier (``SHARED`` in the environment), no compiled frames."""
+    import os
+
+    from torch._inductor import cpp_builder, cpu_vec_isa
+
+    from raycompile.cache import Cache
+    from raycompile.observe.stats import Stats
+    from raycompile.wrapper import compat
+    from raycompile.wrapper.hooks import isa_library_exchange
+
+    stats = Stats()
+    cache = Cache.from_settings(os.environ["LOCAL_TIER"], os.environ["SHARED"], None, stats)
+    builds = no_builds(cpp_builder) if mode == "share-load" else []
+    with compat.isa.isa_checks_recorded(*isa_library_exchange(cache, stats)):
+        picked = checked(cpu_vec_isa)
+    got = stats.snapshot()
+    with open(path, "wb") as f:
+        pickle.dump({"picked": picked, "builds": builds, "fetched": got.get("isa_libraries_fetched", 0),
+                     "published": got.get("isa_libraries_published", 0)}, f)
+
+
 def main() -> None:
     mode, path = sys.argv[1], sys.argv[2]
+    if mode.startswith("share-"):
+        shared(mode, path)
+        return
     from torch._inductor import cpp_builder, cpu_vec_isa
 
     from raycompile.wrapper import compat
@@ -31,13 +69,7 @@ def main() -> None:
         with open(path, "rb") as f:
             got = pickle.load(f)
         written = compat.isa.install_isa_libraries(got["blobs"])
-        builds = []
-
-        def no_build(self: object, *args: object, **kwargs: object) -> None:
-            builds.append(str(self))  # counted here: Inductor's check swallows what a build raises
-            raise AssertionError("a check library was built again")
-
-        cpp_builder.CppBuilder.build = no_build  # a check that must build fails
+        builds = no_builds(cpp_builder)
         saved = {"picked": checked(cpu_vec_isa), "written": written, "builds": builds,
                  "again": compat.isa.install_isa_libraries(got["blobs"])}
         path += ".load"

@@ -54,3 +54,30 @@ def test_a_blob_not_named_as_inductor_names_a_library_is_not_written(tmp_path: p
     assert not any(p.is_file() for p in tmp_path.rglob("*"))
     assert isa.install_isa_libraries({f"{isa.ISA_BLOB}aa/{key}.so": b"x"}) == 1
     assert (tmp_path / "aa" / f"{key}.so").read_bytes() == b"x"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Inductor's ISA checks build Linux libraries")
+def test_the_libraries_travel_through_the_tiers_without_frames(tmp_path: pathlib.Path) -> None:
+    """A node that checks this CPU with no compiled frames to bring the libraries (``dynamo_cache``
+    off, frames that miss, a waiter of another node's flight) takes them from the tiers: the
+    first process built them and published each, through a real signed file tier; the second,
+    with an empty Inductor cache dir and its own local tier, builds none and picks the same sets."""
+    shared = f"file://{tmp_path / 'shared'}"
+
+    def run_shared(mode: str, name: str) -> dict:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / name / "inductor"), "SHARED": shared,
+               "LOCAL_TIER": str(tmp_path / name / "local")}
+        out = tmp_path / f"{name}.pkl"
+        proc = subprocess.run([sys.executable, str(HERE / "isa_driver.py"), mode, str(out)], env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        return pickle.loads(out.read_bytes())
+
+    first = run_shared("share-record", "first")
+    if first["picked"][0][0] == "INVALID_VEC_ISA" and not first["published"]:
+        pytest.skip("this CPU offers Inductor no vector instruction set to check")
+    assert first["published"] >= 1 and first["fetched"] == 0, first  # built here, so published
+    second = run_shared("share-load", "second")
+    assert second["builds"] == [], second  # every check found its library: nothing built
+    assert second["fetched"] == first["published"] and second["published"] == 0, second
+    assert second["picked"] == first["picked"], (second, first)

@@ -1,5 +1,5 @@
 """Seam family "isa": Inductor's checks of this CPU's vector instruction sets (``cpu_vec_isa``),
-whose libraries travel with compiled frames.
+whose libraries travel with compiled frames and through the tiers.
 
 Before its first C++ kernel, Inductor checks each instruction set this CPU reports: it builds a
 small library for it into its cache dir (``VecISA.check_build``: g++, 0.6-1 s each, unless the
@@ -8,7 +8,10 @@ compiled frames builds them all again: 5.5 s of a warm Mixtral-style CPU step's 
 2-CPU box. The process that wrote the frames recorded which libraries its checks found or built
 (``isa_checks_recorded``); they go with the entry (``isa_libraries``) and a node that loads it
 puts them in its cache dir (``install_isa_libraries``). Its checks then find them and skip the
-builds; each is still loaded in a child process, so the check of this CPU stays its own.
+builds; each is still loaded in a child process, so the check of this CPU stays its own. Without
+frames (``dynamo_cache`` off, frames that miss, a waiter of another node's flight), the session
+hands ``isa_checks_recorded`` a fetch and a publish through its tiers: a check whose library is not
+in this cache dir takes it from there, and one this process had to build is published.
 
 A library is named by a hash of its source and of a fingerprint of the compiler, the set's flags
 and torch's version: one made by another compiler or torch is never found here, and is not used.
@@ -21,9 +24,10 @@ Checked on torch 2.13.0 (``check()``) and against torch 2.11.0's source (its whe
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...cache import write_missing
@@ -39,6 +43,8 @@ SEAMS: Seams = {
     "cache_dir (isa)": ("torch._inductor.runtime.runtime_utils", "cache_dir"),
 }
 
+log = logging.getLogger("raycompile.isa")
+
 ISA_BLOB = "inductor-isa:"  # blob name prefix: inductor-isa:<subdir>/<key>.so, under Inductor's cache dir
 # <key[1:3]>/<key>.so, the key "c" and 51 base32 characters (Inductor's code_hash)
 _NAME = re.compile(r"(?P<sub>[a-z0-9]{2})/(?P<key>c[a-z0-9]{51})\.so")
@@ -46,28 +52,58 @@ _NAME = re.compile(r"(?P<sub>[a-z0-9]{2})/(?P<key>c[a-z0-9]{51})\.so")
 _found: set[str] = set()  # the libraries this process's checks found or built, by path
 
 
-def _library(isa: Any, code: str) -> str | None:
-    """The library ``isa``'s check of ``code`` found or built, as ``check_build`` names it."""
+def _paths(isa: Any, code: str) -> list[str]:
+    """Where ``isa``'s check of ``code`` looks for its library, as ``check_build`` names it:
+    torch 2.13's name, then 2.11's."""
     from torch._inductor import codecache, cpu_vec_isa
 
-    for flags in dict.fromkeys((isa.build_arch_flags(), isa._arch_flags)):  # 2.13's name, then 2.11's
+    out = []
+    for flags in dict.fromkeys((isa.build_arch_flags(), isa._arch_flags)):
         key = codecache.get_hash(code.strip(), cpu_vec_isa._get_isa_dry_compile_fingerprint(flags))
         _, subdir, _ = codecache.get_path(key, "cpp")
-        path = os.path.join(subdir, f"{key}.so")
-        if os.path.isfile(path):
-            return path
-    return None
+        out.append(os.path.join(subdir, f"{key}.so"))
+    return out
+
+
+def _library(isa: Any, code: str) -> str | None:
+    """The library ``isa``'s check of ``code`` found or built."""
+    return next((path for path in _paths(isa, code) if os.path.isfile(path)), None)
+
+
+def _blob(path: str) -> str | None:
+    """The blob name of a library at ``path`` in this process's Inductor cache dir, else None."""
+    from torch._inductor.runtime.runtime_utils import cache_dir
+
+    name = os.path.relpath(os.path.realpath(path), os.path.realpath(cache_dir()))
+    return ISA_BLOB + name if _NAME.fullmatch(name) else None
 
 
 @contextlib.contextmanager
-def isa_checks_recorded() -> Iterator[None]:
+def isa_checks_recorded(fetch: Callable[[list[str]], dict[str, bytes]] | None = None,
+                        publish: Callable[[str, bytes], None] | None = None) -> Iterator[None]:
     """While inside, each of this process's checks records the library it found or built (the
-    check's own result is unchanged); restored exactly on exit."""
+    check's own result is unchanged); restored exactly on exit.
+
+    With ``fetch`` (blob names -> the blobs the session's tiers hold of them) and ``publish``
+    (blob name, bytes: into the tiers), the libraries also travel without compiled frames: a check
+    whose library is not in this cache dir first takes it from the tiers, and a library this
+    process had to build is published for the nodes that check after it."""
     from torch._inductor.cpu_vec_isa import VecISA
 
     stock = VecISA.__dict__["check_build"]
 
     def check_build(self: Any, code: str, *args: Any, **kwargs: Any) -> bool:
+        absent = None  # the blobs looked for in the tiers and not found there
+        if fetch is not None:
+            try:
+                paths = _paths(self, code)
+                if not any(os.path.isfile(p) for p in paths):
+                    names = [b for b in (_blob(p) for p in paths) if b is not None]
+                    got = fetch(names) if names else {}
+                    install_isa_libraries(got)
+                    absent = [] if got else names
+            except Exception as e:  # noqa: BLE001 - the check builds it, as stock's does
+                log.debug("raycompile: an instruction-set check's library not taken from the cache: %s", e)
         ok = stock(self, code, *args, **kwargs)
         try:
             path = _library(self, code)
@@ -75,6 +111,13 @@ def isa_checks_recorded() -> Iterator[None]:
             path = None
         if path is not None:
             _found.add(path)
+            blob = _blob(path)
+            if publish is not None and absent and blob in absent:  # built here: the next node takes it
+                try:
+                    with open(path, "rb") as f:
+                        publish(blob, f.read())
+                except Exception as e:  # noqa: BLE001 - that node builds it, as stock's does
+                    log.debug("raycompile: an instruction-set check's library not published: %s", e)
         return ok  # type: ignore[no-any-return]
 
     VecISA.check_build = check_build
@@ -87,16 +130,14 @@ def isa_checks_recorded() -> Iterator[None]:
 def isa_libraries() -> dict[str, bytes]:
     """The libraries this process's checks found or built in this cache dir, as blobs
     (``inductor-isa:<subdir>/<key>.so``)."""
-    from torch._inductor.runtime.runtime_utils import cache_dir
-
-    root, out = os.path.realpath(cache_dir()), {}
+    out = {}
     for path in sorted(_found):
-        name = os.path.relpath(os.path.realpath(path), root)
-        if not _NAME.fullmatch(name):  # in another cache dir, or not a name Inductor gives one
+        blob = _blob(path)
+        if blob is None:  # in another cache dir, or not a name Inductor gives one
             continue
         try:
             with open(path, "rb") as f:
-                out[ISA_BLOB + name] = f.read()
+                out[blob] = f.read()
         except OSError:
             continue
     return out
