@@ -1,5 +1,5 @@
 """Coordinate descent's candidates compiled in the node's compile workers
-(``compat.autotuner.in_compile_workers``), for real on this CPU box: a reduction kernel Inductor
+(``compat.coordesc.in_compile_workers``), for real on this CPU box: a reduction kernel Inductor
 generated for an H100 (torch 2.11 corpus), Inductor's own process pool (``SubprocPool``), Triton
 cross-compiling for sm_90, and Inductor's real coordinate-descent tuner. Only the GPU's timing is a
 stand-in (``bowl``: these machines have no GPU), under which the tuner moves across several
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from raycompile.wrapper import compat
-from raycompile.wrapper.compat import autotuner
+from raycompile.wrapper.compat import coordesc
 from raycompile.wrapper.compat.triton import jit_function_name
 
 triton = pytest.importorskip("triton")
@@ -82,10 +82,10 @@ def test_candidates_compile_in_worker_processes_and_load_here(corpus: pathlib.Pa
             real = tuner()
             kernel.coordesc_tuner = real
             in_workers: list[int] = []
-            ahead = autotuner.in_compile_workers(kernel, kernel._precompile_config, lambda: pool, in_workers.append)
+            ahead = coordesc.in_compile_workers(kernel, kernel._precompile_config, lambda: pool, in_workers.append)
             assert ahead is not None
             counted: list[int] = []
-            prefetch = autotuner.CoordescPrefetch(kernel, kernel._precompile_config, threads, counted.append, ahead)
+            prefetch = coordesc.CoordescPrefetch(kernel, kernel._precompile_config, threads, counted.append, ahead)
             results: dict[str, Any] = {}
 
             def timed(cfg: Any) -> float:  # benchmark_one_config: the compile result, then its timing
@@ -95,12 +95,12 @@ def test_candidates_compile_in_worker_processes_and_load_here(corpus: pathlib.Pa
             ASTSource.make_ir = make_ir
             try:
                 prefetch.ahead_from(baseline)
-                autotuner.COORDESC_ACTIVE[id(real)] = prefetch
+                coordesc.COORDESC_ACTIVE[id(real)] = prefetch
                 with compat.coordesc_prefetched(2, lambda n: None):  # compare_config sees each new best
                     pick = real.autotune(timed, baseline, None)
             finally:
                 ASTSource.make_ir = real_make_ir
-                autotuner.COORDESC_ACTIVE.pop(id(real), None)
+                coordesc.COORDESC_ACTIVE.pop(id(real), None)
                 prefetch.close()
     finally:
         threads.shutdown()
@@ -129,7 +129,7 @@ def test_no_running_pool_leaves_the_candidates_to_threads(corpus: pathlib.Path,
     name = jit_function_name(source)
     with compat.compile_only_driver(*compat.target_of(source)):
         kernel = _load_triton_kernel_from_source(name, source)
-    assert autotuner.in_compile_workers(kernel, kernel._precompile_config, lambda: None, lambda n: None) is None
+    assert coordesc.in_compile_workers(kernel, kernel._precompile_config, lambda: None, lambda n: None) is None
     factory = functools.lru_cache(1)(object)  # as AsyncCompile.process_pool makes its pool
     assert not compat.pool_started(factory)
     factory()

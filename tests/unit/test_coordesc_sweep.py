@@ -72,7 +72,7 @@ def test_each_sweep_from_a_new_best_is_compiled_ahead_and_the_pick_is_stocks() -
     import concurrent.futures
     import threading
 
-    from raycompile.wrapper.compat import autotuner
+    from raycompile.wrapper.compat import coordesc
 
     size_hints = {"x": 1 << 16, "r0_": 1024}
     baseline = triton.Config({"XBLOCK": 8, "R0_BLOCK": 64}, num_warps=4, num_stages=1)
@@ -91,7 +91,7 @@ def test_each_sweep_from_a_new_best_is_compiled_ahead_and_the_pick_is_stocks() -
 
     counted: list[int] = []
     pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="raycompile-coordesc")
-    prefetch = autotuner.CoordescPrefetch(kernel, compile_one, pool, counted.append)
+    prefetch = coordesc.CoordescPrefetch(kernel, compile_one, pool, counted.append)
 
     def timed(cfg: Any) -> float:  # CachingAutotuner's benchmark_one_config: the launcher, then its timing
         assert prefetch.precompile_config(cfg) == f"launcher {cfg}"
@@ -99,11 +99,11 @@ def test_each_sweep_from_a_new_best_is_compiled_ahead_and_the_pick_is_stocks() -
 
     with compat.coordesc_prefetched(2, lambda n: None):
         sent = prefetch.ahead_from(baseline)
-        autotuner.COORDESC_ACTIVE[id(real)] = prefetch
+        coordesc.COORDESC_ACTIVE[id(real)] = prefetch
         try:
             pick = real.autotune(timed, baseline, None)
         finally:
-            autotuner.COORDESC_ACTIVE.pop(id(real), None)
+            coordesc.COORDESC_ACTIVE.pop(id(real), None)
             prefetch.close()
             pool.shutdown()
     assert str(pick) == str(stock_pick)

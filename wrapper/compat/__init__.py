@@ -12,6 +12,7 @@ versions it was checked on (``CHECKED_ON``):
   instruction sets, which travel with compiled frames;
 - ``codegen``: the output module's wrapper codegen and futures;
 - ``autotuner``: a compiled kernel's configs and winners, user ``@triton.jit`` kernels;
+- ``coordesc``: coordinate descent's candidates compiled at once (in the compile workers);
 - ``autotune``: max-autotune's tuning pool, config benchmarks, the GPU actors' touch points;
 - ``tuning``: a kernel's first-run tuning taken in turns by the processes of a node;
 - ``graphs``: a graph's whole Inductor compile sent out of process (Inductor's out-of-process
@@ -38,6 +39,7 @@ from . import (
     autotune,
     autotuner,
     codegen,
+    coordesc,
     cpp,
     devices,
     dynamo,
@@ -55,8 +57,6 @@ from .autotuner import (
     bench_launcher,
     bundle_user_kernel,
     config_dict,
-    coordesc_first_sweep,
-    coordesc_prefetched,
     inductor_best_config,
     is_caching_autotuner,
     is_cuda_kernel,
@@ -84,6 +84,7 @@ from .codegen import (
     wrapper_codegen_for,
     wrapper_codegen_registered,
 )
+from .coordesc import coordesc_first_sweep, coordesc_prefetched
 from .cpp import builder_parts, cpp_compiler, cpp_job_parts, cpp_kernel_lines, defining_cpp_kernel
 from .dynamo import compiled_function, frames_stored, source_id
 from .entry import (
@@ -130,7 +131,7 @@ from .triton import (
 
 FAMILIES = {"entry": entry, "triton": triton, "cpp": cpp, "codegen": codegen, "autotuner": autotuner,
             "autotune": autotune, "dynamo": dynamo, "guards": guards, "precompile": precompile, "devices": devices,
-            "graphs": graphs, "autograd": autograd, "tuning": tuning, "isa": isa}
+            "graphs": graphs, "autograd": autograd, "tuning": tuning, "isa": isa, "coordesc": coordesc}
 
 # name -> (module, attribute path), every family's
 SEAMS: Seams = {name: seam for family in FAMILIES.values() for name, seam in family.SEAMS.items()}

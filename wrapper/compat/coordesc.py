@@ -1,0 +1,227 @@
+"""Seam family "coordesc": coordinate descent's candidates compiled at once. The max-autotune modes
+tune a pointwise or reduction kernel at its first run (``CachingAutotuner.coordinate_descent_tuning``):
+Inductor's ``CoordescTuner`` times the neighbours of the best config, field by field, and stock
+compiles each just before timing it. Here each sweep's candidates are found ahead (a dry run of the
+kernel's own tuner) and compiled at once, in the node's compile workers where they run
+(``in_compile_workers``), else on threads; the timings and the pick stay stock's
+(docs/max-autotune.md). Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import copy
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ._base import Seams
+from .autotuner import _kernel_loaded, autotuner_source, coordesc_eligible
+
+CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
+
+SEAMS: Seams = {
+    "CachingAutotuner.coordinate_descent_tuning": (
+        "torch._inductor.runtime.triton_heuristics", "CachingAutotuner.coordinate_descent_tuning"),
+    "CachingAutotuner._precompile_config": (
+        "torch._inductor.runtime.triton_heuristics", "CachingAutotuner._precompile_config"),
+    "CoordescTuner.autotune": ("torch._inductor.runtime.coordinate_descent_tuner", "CoordescTuner.autotune"),
+    "CoordescTuner.compare_config": (
+        "torch._inductor.runtime.coordinate_descent_tuner", "CoordescTuner.compare_config"),
+    "triton_config_to_hashable": ("torch._inductor.runtime.coordinate_descent_tuner", "triton_config_to_hashable"),
+}
+
+log = logging.getLogger("raycompile.autotune")
+
+COORDESC_WAIT_S = 600.0  # a candidate's compile on a prefetch thread, waited for at its turn
+
+
+def _config_key(cfg: Any) -> Any:
+    from torch._inductor.runtime.coordinate_descent_tuner import triton_config_to_hashable
+
+    return triton_config_to_hashable(cfg)
+
+
+def coordesc_first_sweep(kernel: Any, baseline: Any) -> list[Any]:
+    """The configs the kernel's coordinate descent times first from ``baseline`` (the first sweep:
+    each tunable field's neighbours), in its order, found by running its own tuner on a copy with
+    a stand-in timing under which no candidate improves (nothing is compiled or timed). [] where
+    the kernel is not tuned this way or its tuner is not the one this reads."""
+    if not coordesc_eligible(kernel):
+        return []
+    tuner = getattr(kernel, "coordesc_tuner", None)
+    if tuner is None or not isinstance(getattr(tuner, "cached_benchmark_results", None), dict):
+        return []
+    dry = copy.copy(tuner)
+    dry.cached_benchmark_results = {}  # the copy's own: the real tuner's cache stays untouched
+    base = _config_key(baseline)
+    seen: dict[Any, Any] = {}
+
+    def never_better(cfg: Any) -> float:
+        key = _config_key(cfg)
+        if key == base:
+            return 1.0
+        seen.setdefault(key, cfg)
+        return float("inf")
+
+    try:
+        dry.autotune(never_better, baseline, None)
+    except Exception as e:  # noqa: BLE001 - a tuner this cannot dry-run: stock's sequence, nothing ahead
+        log.debug("raycompile: coordinate descent's candidates not found ahead: %s", e)
+        return []
+    return list(seen.values())
+
+
+# id(a kernel's CoordescTuner) -> its tuning in progress with candidates compiled ahead
+COORDESC_ACTIVE: dict[int, CoordescPrefetch] = {}
+
+
+class CoordescPrefetch:
+    """One kernel's coordinate descent with its candidates compiled ahead, sweep by sweep.
+
+    ``ahead_from(config)`` compiles at once (on ``pool``) every config of the sweep from
+    ``config`` (``coordesc_first_sweep``) that is neither timed already (the tuner's own cache) nor
+    compiled or in flight, and waits for them all: nothing is timed while they compile. The tuner
+    asks ``precompile_config`` where it would compile one, and gets the compile made ahead.
+    ``seen_best(config)`` is called before each comparison with the tuner's best config: where it
+    changed (a candidate won), the sweep from the new best is compiled ahead the same way, so a
+    later sweep's candidates are not compiled one at a time either. ``counted(n)``: n compiled.
+    ``ahead(config)``, where given, is what a prefetch thread runs for a config instead of
+    ``compile_one`` (``in_compile_workers``: the compile in a worker process, then the load here)."""
+
+    def __init__(self, kernel: Any, compile_one: Callable[..., Any], pool: concurrent.futures.Executor,
+                 counted: Callable[[int], None], ahead: Callable[[Any], Any] | None = None) -> None:
+        self.kernel, self.compile_one, self.pool, self.counted = kernel, compile_one, pool, counted
+        self.ahead = ahead or compile_one  # what a prefetch thread runs for one config
+        self.futures: dict[Any, concurrent.futures.Future[Any]] = {}
+        self.handed: set[Any] = set()  # configs the tuner took: never compiled again
+        self.best: Any = None
+
+    def ahead_from(self, config: Any) -> int:
+        """Compile the sweep from ``config`` ahead; how many configs it sent."""
+        self.best = _config_key(config)
+        timed = getattr(getattr(self.kernel, "coordesc_tuner", None), "cached_benchmark_results", None) or {}
+        todo: dict[Any, Any] = {}
+        for cfg in coordesc_first_sweep(self.kernel, config):
+            key = _config_key(cfg)
+            if key not in timed and key not in self.futures and key not in self.handed and key != self.best:
+                todo[key] = cfg
+        new = {key: self.pool.submit(self.ahead, cfg) for key, cfg in todo.items()}
+        self.futures.update(new)
+        if new:
+            concurrent.futures.wait(new.values(), timeout=COORDESC_WAIT_S)
+            self.counted(sum(1 for f in new.values() if f.done() and f.exception() is None))
+        return len(new)
+
+    def seen_best(self, config: Any) -> None:
+        if _config_key(config) != self.best:
+            self.ahead_from(config)
+
+    def precompile_config(self, cfg: Any, *more: Any, **options: Any) -> Any:
+        key = _config_key(cfg)
+        future = None if (more or options) else self.futures.pop(key, None)
+        self.handed.add(key)
+        if future is not None:
+            try:
+                return future.result(timeout=COORDESC_WAIT_S)
+            except Exception:  # noqa: BLE001 - compiled again here: stock's error is stock's to raise
+                pass
+        return self.compile_one(cfg, *more, **options)
+
+    def close(self) -> None:
+        for future in self.futures.values():  # candidates the tuner never asked for
+            future.cancel()
+        self.futures.clear()
+
+
+def in_compile_workers(kernel: Any, compile_one: Callable[[Any], Any], processes: Callable[[], Any],
+                       counted: Callable[[int], None]) -> Callable[[Any], Any] | None:
+    """For ``CoordescPrefetch(ahead=...)``: a config of ``kernel`` compiled in this node's compile
+    workers (``processes()``: Inductor's process pool, None where it is not running), then taken
+    here with ``compile_one`` (``_precompile_config``), which finds it in Triton's cache. Triton's
+    front end holds the GIL for much of a compile, so configs compiled at once on threads of this
+    process wait on each other; in worker processes they do not. A compile the workers could not
+    make (a broken pool, a key that differs) is made here, as before; ``counted(1)`` for each the
+    workers made. None where the kernel's source is unknown or no pool runs."""
+    found = autotuner_source(kernel)
+    workers = processes() if found is not None else None
+    if workers is None or found is None:
+        return None
+    from .triton import compile_config_for_target, compile_job_env, triton_extra_config
+
+    name, source = found
+    env, config = compile_job_env(), triton_extra_config(source)
+
+    def ahead(cfg: Any) -> Any:
+        try:
+            workers.submit(compile_config_for_target, name, source, cfg, env, config).result(timeout=COORDESC_WAIT_S)
+            counted(1)
+        except Exception as e:  # noqa: BLE001 - compiled here instead, as on a prefetch thread before
+            log.debug("raycompile: a coordinate-descent candidate not compiled in the compile workers: %s", e)
+        return compile_one(cfg)
+
+    return ahead
+
+
+@contextlib.contextmanager
+def coordesc_prefetched(workers: int, counted: Callable[[int], None], processes: Callable[[], Any] | None = None,
+                        in_workers: Callable[[int], None] | None = None) -> Iterator[None]:
+    """Coordinate descent (max-autotune's tuning of a pointwise or reduction kernel at its first
+    run, ``CachingAutotuner.coordinate_descent_tuning``) compiles each candidate config (Triton,
+    then ptxas) just before timing it, one after another, on the step's critical path. Inside,
+    the candidates of its first sweep (``coordesc_first_sweep``) are compiled at once on
+    ``workers`` threads before the tuner starts, and those of the sweep from each new best config
+    as soon as the tuner moves to it (``CoordescPrefetch``, seen through
+    ``CoordescTuner.compare_config``); the tuner takes each compile where it would have made it.
+    Nothing is timed while they compile (a timing beside busy threads would be another timing than
+    stock's); the timings, their order and so the pick are stock's. ``counted(n)``: n candidates
+    compiled ahead. ``processes``: this node's compile workers where they run (else None), which
+    then compile the candidates (``in_compile_workers``, ``in_workers(n)`` counting them) while
+    the threads wait for them and load them. Restored on exit."""
+    from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    stock = CachingAutotuner.__dict__["coordinate_descent_tuning"]
+    stock_compare = CoordescTuner.__dict__["compare_config"]
+    pool = concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="raycompile-coordesc")
+    active = COORDESC_ACTIVE
+
+    def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        tuner = getattr(self, "coordesc_tuner", None)
+        if (not coordesc_first_sweep(self, launcher.config) or "_precompile_config" in self.__dict__
+                or id(tuner) in active or not _kernel_loaded(self)):
+            return stock(self, launcher, *args, **kwargs)
+        ahead = None
+        if processes is not None:
+            try:
+                ahead = in_compile_workers(self, self._precompile_config, processes, in_workers or (lambda n: None))
+            except Exception as e:  # noqa: BLE001 - the threads compile them, as before
+                log.debug("raycompile: coordinate descent's candidates compiled on threads: %s", e)
+        prefetch = CoordescPrefetch(self, self._precompile_config, pool, counted, ahead)
+        prefetch.ahead_from(launcher.config)
+        self._precompile_config = prefetch.precompile_config  # this kernel's tuning only: removed below
+        active[id(tuner)] = prefetch
+        try:
+            return stock(self, launcher, *args, **kwargs)
+        finally:
+            active.pop(id(tuner), None)
+            self.__dict__.pop("_precompile_config", None)
+            prefetch.close()
+
+    def compare_config(self: Any, func: Any, candidate_config: Any, best_config: Any, best_timing: Any) -> Any:
+        prefetch = active.get(id(self))
+        if prefetch is not None:
+            try:
+                prefetch.seen_best(best_config)
+            except Exception as e:  # noqa: BLE001 - the tuner compiles what it needs itself, as stock
+                log.debug("raycompile: coordinate descent's next sweep not compiled ahead: %s", e)
+        return stock_compare(self, func, candidate_config, best_config, best_timing)
+
+    CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
+    CoordescTuner.compare_config = compare_config
+    try:
+        yield
+    finally:
+        CachingAutotuner.coordinate_descent_tuning = stock
+        CoordescTuner.compare_config = stock_compare
+        pool.shutdown(wait=False, cancel_futures=True)
