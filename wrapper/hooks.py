@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from typing import Any, Protocol
 
 from ..cache import Cache, keys, publish, turns
+from ..cache.isa import isa_exchange
 from ..errors import CompileError
 from ..kernels import Failed, Job, Result, TritonJob, Versions, run_job
 from ..observe.stats import Stats
@@ -417,7 +418,7 @@ class Hooks:
         self._installed.enter_context(compat.inductor_ptxas())
         # the libraries of Inductor's CPU instruction-set checks go with compiled frames, and through
         # the tiers to the next node that checks without frames
-        exchange = isa_library_exchange(router.cache, router.stats) if router.cache is not None else (None, None)
+        exchange = isa_exchange(router.cache, router.stats) if router.cache is not None else (None, None)
         self._installed.enter_context(compat.isa.isa_checks_recorded(*exchange))
         self._installed.enter_context(compat.compile_workers_in_processes())
         # max-autotune's coordinate descent at a kernel's first run: its candidates compiled at once
@@ -445,28 +446,3 @@ class Hooks:
     def uninstall(self) -> None:
         self._installed.close()
         self.router.close()
-
-
-def isa_library_exchange(cache: Cache, stats: Stats) -> tuple[Callable[[list[str]], dict[str, bytes]],
-                                                               Callable[[str, bytes], None]]:
-    """(fetch, publish) for ``compat.isa.isa_checks_recorded``: a check library by blob name
-    from the tiers (a signed entry, ``keys.isa_library_key``; counted ``isa_libraries_fetched``),
-    and one this process built into them (``isa_libraries_published``)."""
-    from ..cache import Entry
-
-    def fetch(names: list[str]) -> dict[str, bytes]:
-        wanted = {keys.isa_library_key(name): name for name in names}
-        out = {}
-        for key, got in cache.lookup_many(list(wanted)).items():
-            data = got.blobs.get(wanted[key]) if isinstance(got, Entry) else None
-            if data is not None:
-                out[wanted[key]] = data
-        stats.add(isa_libraries_fetched=len(out))
-        return out
-
-    def publish_one(name: str, data: bytes) -> None:
-        cache.put(Entry(keys.isa_library_key(name), {name: data},
-                        {"label": f"library of an instruction-set check ({name.rsplit('/', 1)[-1]})"}))
-        stats.add(isa_libraries_published=1)
-
-    return fetch, publish_one

@@ -37,14 +37,14 @@ def shared(mode: str, path: str) -> None:
     from torch._inductor import cpp_builder, cpu_vec_isa
 
     from raycompile.cache import Cache
+    from raycompile.cache.isa import isa_exchange
     from raycompile.observe.stats import Stats
     from raycompile.wrapper import compat
-    from raycompile.wrapper.hooks import isa_library_exchange
 
     stats = Stats()
     cache = Cache.from_settings(os.environ["LOCAL_TIER"], os.environ["SHARED"], None, stats)
     builds = no_builds(cpp_builder) if mode == "share-load" else []
-    with compat.isa.isa_checks_recorded(*isa_library_exchange(cache, stats)):
+    with compat.isa.isa_checks_recorded(*isa_exchange(cache, stats)):
         picked = checked(cpu_vec_isa)
     got = stats.snapshot()
     with open(path, "wb") as f:
