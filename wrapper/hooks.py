@@ -110,6 +110,7 @@ class Router:
         self.versions = Versions.here()
         self._stock_process_pool = stock_process_pool
         self._stock_submit = stock_submit
+        self._pid = os.getpid()
         self._warned = False
         self._pool_warming = False
         # set by the session when a graph compile starts (Inductor's backend called): Inductor's
@@ -161,7 +162,10 @@ class Router:
     def compile_processes(self) -> Any | None:
         """This node's compile workers (Inductor's process pool) where they run already, for work
         that is this process's own (coordinate descent's candidates); None where none was started
-        (this node's jobs go to Ray): nothing is started for it."""
+        (this node's jobs go to Ray): nothing is started for it. A pool Inductor quiesced after a
+        minute idle counts as running: the first candidate starts its workers again."""
+        if os.getpid() != self._pid:  # a forked child: the pool and its pipes are the parent's
+            return None
         return self._stock_process_pool() if compat.pool_started(self._stock_process_pool) else None
 
     def start_compiling(self) -> None:

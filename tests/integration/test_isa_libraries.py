@@ -81,3 +81,27 @@ def test_the_libraries_travel_through_the_tiers_without_frames(tmp_path: pathlib
     assert second["builds"] == [], second  # every check found its library: nothing built
     assert second["fetched"] == first["published"] and second["published"] == 0, second
     assert second["picked"] == first["picked"], (second, first)
+
+
+def test_only_a_library_whose_check_passed_here_is_published(tmp_path: pathlib.Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library that was built here but failed its check (a build cut short, or a set this CPU
+    lacks) stays here: the next node builds its own. The check itself is a named stand-in that
+    writes the library where Inductor's check would and answers as told."""
+    from torch._inductor import cpu_vec_isa
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    answers = {"VecAVX2": True, "VecAVX512": False}
+
+    def stand_in(self: object, code: str, *args: object, **kwargs: object) -> bool:
+        path = pathlib.Path(isa._paths(self, code)[0])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"library of " + type(self).__name__.encode())
+        return answers[type(self).__name__]
+
+    monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build", stand_in)
+    published: dict[str, bytes] = {}
+    with isa.isa_checks_recorded(lambda names: {}, published.__setitem__):
+        for cls in (cpu_vec_isa.VecAVX2, cpu_vec_isa.VecAVX512):
+            assert cpu_vec_isa.VecISA.check_build(cls(), "int main() {}") is answers[cls.__name__]
+    assert list(published.values()) == [b"library of VecAVX2"], published

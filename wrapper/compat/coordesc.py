@@ -142,23 +142,31 @@ def in_compile_workers(kernel: Any, compile_one: Callable[[Any], Any], processes
     front end holds the GIL for much of a compile, so configs compiled at once on threads of this
     process wait on each other; in worker processes they do not. A compile the workers could not
     make (a broken pool, a key that differs) is made here, as before; ``counted(1)`` for each the
-    workers made. None where the kernel's source is unknown or no pool runs."""
+    workers made and this process then found in Triton's cache (the same binary's hash). None
+    where the kernel's source is unknown or no pool runs."""
     found = autotuner_source(kernel)
     workers = processes() if found is not None else None
     if workers is None or found is None:
         return None
-    from .triton import compile_config_for_target, compile_job_env, triton_extra_config
+    from .triton import compile_config_for_target, compile_job_env, compiled_hash, triton_extra_config
 
     name, source = found
     env, config = compile_job_env(), triton_extra_config(source)
 
     def ahead(cfg: Any) -> Any:
+        built = None
         try:
-            workers.submit(compile_config_for_target, name, source, cfg, env, config).result(timeout=COORDESC_WAIT_S)
-            counted(1)
+            built, _ = workers.submit(compile_config_for_target, name, source, cfg, env,
+                                      config).result(timeout=COORDESC_WAIT_S)
         except Exception as e:  # noqa: BLE001 - compiled here instead, as on a prefetch thread before
             log.debug("raycompile: a coordinate-descent candidate not compiled in the compile workers: %s", e)
-        return compile_one(cfg)
+        result = compile_one(cfg)
+        if built is not None and compiled_hash(result) == built:  # the workers' binary, found here
+            counted(1)
+        elif built is not None:
+            log.debug("raycompile: a coordinate-descent candidate the workers compiled was compiled here again "
+                      "(another Triton cache key: %s, %s)", built, compiled_hash(result))
+        return result
 
     return ahead
 

@@ -111,13 +111,16 @@ def isa_checks_recorded(fetch: Callable[[list[str]], dict[str, bytes]] | None = 
             path = None
         if path is not None:
             _found.add(path)
-            blob = _blob(path)
-            if publish is not None and absent and blob in absent:  # built here: the next node takes it
-                try:
+        # built here and passed here (a build cut short would fail the next node's check too): the
+        # next node takes it
+        if path is not None and ok and publish is not None and absent:
+            try:
+                blob = _blob(path)
+                if blob in absent:
                     with open(path, "rb") as f:
                         publish(blob, f.read())
-                except Exception as e:  # noqa: BLE001 - that node builds it, as stock's does
-                    log.debug("raycompile: an instruction-set check's library not published: %s", e)
+            except Exception as e:  # noqa: BLE001 - that node builds it, as stock's does
+                log.debug("raycompile: an instruction-set check's library not published: %s", e)
         return ok  # type: ignore[no-any-return]
 
     VecISA.check_build = check_build

@@ -251,13 +251,13 @@ def compile_for_target(kernel_name: str, source: str, extra_env: dict[str, str],
 
 
 def compile_config_for_target(kernel_name: str, source: str, cfg: Any, extra_env: dict[str, str],
-                              extra_config: dict[str, Any]) -> float:
+                              extra_config: dict[str, Any]) -> tuple[str | None, float]:
     """One config ``cfg`` (a ``triton.Config``) of an Inductor Triton kernel module compiled into
     this node's Triton cache, as a stock compile worker compiles each of a kernel's configs
     (``_worker_compile_triton``: Inductor's ptxas, the driver's env and config, then
     ``CachingAutotuner._precompile_config``); cross-compiled where this node has no GPU. Run in a
     compile worker: the driver's own ``_precompile_config(cfg)`` then finds it in the cache.
-    Returns the seconds it took."""
+    Returns (the binary's Triton cache key, the seconds it took)."""
     import time
 
     import torch
@@ -278,8 +278,13 @@ def compile_config_for_target(kernel_name: str, source: str, cfg: Any, extra_env
     if device_type == "cuda" and not torch.cuda.is_available():
         ctx = compile_only_driver(device_type, arch, warp_size)
     with ctx, config.patch(extra_config):
-        _load_triton_kernel_from_source(kernel_name, source)._precompile_config(cfg)
-    return time.perf_counter() - start
+        result = _load_triton_kernel_from_source(kernel_name, source)._precompile_config(cfg)
+    return compiled_hash(result), time.perf_counter() - start
+
+
+def compiled_hash(result: Any) -> str | None:
+    """The Triton cache key of a ``CachingAutotuner._precompile_config`` result (its binary's hash)."""
+    return getattr(getattr(result, "kernel", None), "hash", None)
 
 
 def compile_job_env() -> dict[str, str]:
