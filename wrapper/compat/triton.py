@@ -239,15 +239,20 @@ def compile_for_target(kernel_name: str, source: str, extra_env: dict[str, str],
                        extra_config: dict[str, Any]) -> Any:
     """Compile every config of an Inductor Triton kernel module for the target its source
     records: on this GPU, or cross-compiled where this node has none. Returns the autotuner."""
+    with target_driver(source):
+        kernel, _elapsed_us = worker_compile_triton(kernel_name, source, extra_env, extra_config)
+    return kernel
+
+
+def target_driver(source: str) -> contextlib.AbstractContextManager[None]:
+    """Where this node has no GPU of the kind ``source`` was generated for, the compile-only
+    driver of its target (``compile_only_driver``); else nothing."""
     import torch
 
     device_type, arch, warp_size = target_of(source)
-    ctx: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if device_type == "cuda" and not torch.cuda.is_available():
-        ctx = compile_only_driver(device_type, arch, warp_size)
-    with ctx:
-        kernel, _elapsed_us = worker_compile_triton(kernel_name, source, extra_env, extra_config)
-    return kernel
+        return compile_only_driver(device_type, arch, warp_size)
+    return contextlib.nullcontext()
 
 
 def compile_config_for_target(kernel_name: str, source: str, cfg: Any, extra_env: dict[str, str],
@@ -260,7 +265,6 @@ def compile_config_for_target(kernel_name: str, source: str, cfg: Any, extra_env
     Returns (the binary's Triton cache key, the seconds it took)."""
     import time
 
-    import torch
     from torch._inductor import config
     from torch._inductor.codecache import _load_triton_kernel_from_source
 
@@ -273,11 +277,7 @@ def compile_config_for_target(kernel_name: str, source: str, cfg: Any, extra_env
             from triton import knobs
 
             knobs.nvidia.libdevice_path = libdevice
-    device_type, arch, warp_size = target_of(source)
-    ctx: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    if device_type == "cuda" and not torch.cuda.is_available():
-        ctx = compile_only_driver(device_type, arch, warp_size)
-    with ctx, config.patch(extra_config):
+    with target_driver(source), config.patch(extra_config):
         result = _load_triton_kernel_from_source(kernel_name, source)._precompile_config(cfg)
     return compiled_hash(result), time.perf_counter() - start
 
