@@ -77,6 +77,24 @@ def _held(path: str, fd: int, waited: bool, waited_s: float = 0.0) -> Turn:
     return Turn(path, fd, waited=waited, waited_s=waited_s, finished=finished)
 
 
+def try_take(path: str) -> Turn | None:
+    """The turn at the work filed at ``path`` if no other process holds it now, else None (also
+    where the lock cannot be made): never waits. For taking a turn ahead of the work (a process
+    that will do it soon, so that the others wait for it rather than doing it first)."""
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        fd = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        log.debug("raycompile: no turn at %s: %s", path, e)
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return _held(path, fd, waited=False)
+    except OSError:  # held by another process (BlockingIOError), or no flock here
+        os.close(fd)
+        return None
+
+
 def take(path: str, wait_s: float = WAIT_S) -> Turn | None:
     """The turn at the work filed at ``path`` (its lock is ``path + ".turn"``): at once when no
     other process holds it, else after the holder lets go (``waited``), or after ``wait_s``

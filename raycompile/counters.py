@@ -268,11 +268,23 @@ COUNTERS: tuple[Counter, ...] = (
         "of those, compiled in this node's compile workers (processes) rather than on this process's threads",
     ),
     Counter(
+        "coordesc_at_load",
+        "autotuning on GPU actors",
+        "coordinate descent's first candidates sent to the compile workers when their kernel's module loaded, "
+        "before its first run",
+    ),
+    Counter(
         "tunings_adopted",
         "autotuning on GPU actors",
         "kernels whose first-run tuning (configs, coordinate descent) another process of this node had the turn "
         "at: its pick taken, nothing timed here",
         metric=("raycompile_tunings_adopted_total", {}, "Kernel tunings taken from another process of the node"),
+    ),
+    Counter(
+        "tunings_reserved",
+        "autotuning on GPU actors",
+        "kernels whose first-run tuning this process (it runs the compile workers) took the turn at ahead, "
+        "when their module loaded: the node's other processes wait for its pick",
     ),
     Counter(
         "tunings_adopted_wait_seconds",

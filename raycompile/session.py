@@ -307,6 +307,11 @@ class Session:
         graphs.install()
         self.graphs = graphs
 
+    def _kernels_loaded(self, kernels: tuple[Any, ...]) -> None:
+        hooks = self.hooks
+        if hooks is not None:
+            hooks.kernels_loaded(kernels)
+
     def _install_hooks(self) -> None:
         """The Inductor hooks alone: where compiles go, the output module, the module cache."""
         with self._install_lock:
@@ -319,7 +324,8 @@ class Session:
             settings = self.settings
             self._unbind = runtime.bind(runtime.Binding(self.winners, settings.progress,
                                                         lambda: progress_wanted(settings.progress),
-                                                        prefetch=self.cache.prefetch))
+                                                        prefetch=self.cache.prefetch,
+                                                        loaded=self._kernels_loaded))
             process_pool, submit = compat.stock_pools()
             flights = None
             if self.cache.local is not None:  # whole graphs single-flighted among this node's processes

@@ -395,6 +395,24 @@ class Hooks:
         self.router = router
         self.module_flights = module_flights  # whole graphs single-flighted among the node's processes
         self._installed = contextlib.ExitStack()
+        self.reservations: compat.tuning.Reservations | None = None
+        self.coordesc_at_load: Any = None  # compat.coordesc.AtLoad, while installed
+
+    def kernels_loaded(self, kernels: Any) -> None:
+        """An output module's kernels, just loaded here (``runtime.Binding.loaded``). Where this
+        process runs the node's compile workers (it compiles; a job's waiting ranks do not), it
+        takes ahead the turns of those that will tune at their first run, so that a waiter that
+        reaches one first waits for this process's pick instead of tuning it on its own threads."""
+        reservations, at_load = self.reservations, self.coordesc_at_load
+        workers = self.router.compile_processes()
+        if reservations is None or workers is None:
+            return
+        taken = reservations.reserve(kernels)
+        if taken:
+            self.router.stats.add(tunings_reserved=taken)
+        # ... and, in max-autotune, the first candidates of their coordinate descents compiled now
+        if at_load is not None:
+            at_load.load(kernels, workers)
 
     def install(self) -> None:
         """Install every seam; when one fails (a seam moved: SeamMissing), undo the others and raise."""
@@ -428,13 +446,17 @@ class Hooks:
         # max-autotune's coordinate descent at a kernel's first run: its candidates compiled at once
         # (in this node's compile workers where they run, else on threads), timed in stock's order
         stats = router.stats
-        self._installed.enter_context(compat.coordesc_prefetched(
+        self.coordesc_at_load = self._installed.enter_context(compat.coordesc_prefetched(
             COORDESC_THREADS, lambda n: stats.add(coordesc_prefetched=n), router.compile_processes,
-            lambda n: stats.add(coordesc_in_workers=n)))
+            lambda n: stats.add(coordesc_in_workers=n), lambda n: stats.add(coordesc_at_load=n)))
         # a kernel's first-run tuning, one process of the node at a time: the others (a job's
         # ranks) take its pick instead of timing the same candidates again on the same GPUs
+        # ... and the process with the compile workers first, at the kernels of the modules it loads
+        self.reservations = compat.tuning.Reservations(turns.try_take)
+        self._installed.callback(self.reservations.close)
         self._installed.enter_context(compat.tuning.tuning_in_turns(
-            turns.take, lambda name, waited: stats.add(tunings_adopted=1, tunings_adopted_wait_seconds=waited)))
+            turns.take, lambda name, waited: stats.add(tunings_adopted=1, tunings_adopted_wait_seconds=waited),
+            self.reservations.claim))
 
     def _install_output_module(self) -> None:
         """The farm's wrapper codegen (wrapper/codegen.py) for cuda and cpu, and a cache-key tag so

@@ -70,11 +70,13 @@ class Binding:
 
     def __init__(self, winners: Winners | None = None, progress: bool | None = None,
                  show_progress: Callable[[], bool] = lambda: False,
-                 prefetch: Callable[[list[str]], object] | None = None) -> None:
+                 prefetch: Callable[[list[str]], object] | None = None,
+                 loaded: Callable[[tuple[Any, ...]], object] | None = None) -> None:
         self.winners = winners if winners is not None else Winners()
         self.progress = progress  # the setting: True forces a bar even off a terminal
         self.show_progress = show_progress  # whether a bar is wanted now
         self.prefetch = prefetch  # looks up a module's kernels in the shared tier, batched
+        self.loaded = loaded  # told of a module's kernels once they are all loaded
 
 
 # The one reference from generated modules (loaded by import, with no handle passed) to the
@@ -176,6 +178,12 @@ class FarmCompile(compat.async_compile_class()):  # type: ignore[misc]
                 kernels.append(kernel)
                 advance()
         super().wait({})  # Inductor's bookkeeping after its wait (compile-time metrics); scans nothing
+        binding = _bound
+        if binding is not None and binding.loaded is not None:
+            try:
+                binding.loaded(tuple(kernels))
+            except Exception as e:  # noqa: BLE001 - the module runs as it would without the session's note
+                log.debug("raycompile: the session was not told of a module's kernels: %s", e)
         return tuple(kernels)
 
 

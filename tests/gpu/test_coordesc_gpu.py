@@ -42,12 +42,16 @@ def test_coordinate_descent_candidates_are_compiled_ahead(local_ray: None, tmp_p
     torch.manual_seed(0)
     x, y = torch.randn(4096, 2048, device="cuda"), torch.randn(4096, 2048, device="cuda")
     r = torch.randn(8192, 1024, device="cuda", dtype=torch.bfloat16)
-    stock = compiled_out(pointwise, x, y)
-    with raycompile.enabled(cache_dir=str(tmp_path / "rc"), shared_cache="none"):
+    # the farm first, as a user enables it before compiling (the compile workers then start with
+    # its set-up); stock's compile after it, with the farm off
+    # its kernels compiled in this node's compile workers (Inductor's pool), where the candidates
+    # then compile too: a node whose kernel jobs go to Ray compiles them on threads instead
+    with raycompile.enabled(cache_dir=str(tmp_path / "rc"), shared_cache="none", compile_jobs="local"):
         farm = compiled_out(pointwise, x, y)
         farm_r = compiled_out(reduction, r)
         s = raycompile.stats()
         report = raycompile.report()
+    stock = compiled_out(pointwise, x, y)
     print(f"\ncoordinate-descent candidates compiled ahead: {s['coordesc_prefetched']}, "
           f"in the compile workers {s['coordesc_in_workers']}")
     assert s["coordesc_prefetched"] >= 2, s  # at least the pointwise kernel's neighbours

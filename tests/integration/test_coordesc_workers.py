@@ -45,8 +45,12 @@ def inductor_dirs(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pa
     return tmp_path
 
 
-def test_candidates_compile_in_worker_processes_and_load_here(corpus: pathlib.Path,
-                                                              inductor_dirs: pathlib.Path) -> None:
+@pytest.mark.parametrize("at_load", [False, True], ids=["at-first-run", "first-sweep-at-load"])
+def test_candidates_compile_in_worker_processes_and_load_here(corpus: pathlib.Path, inductor_dirs: pathlib.Path,
+                                                              at_load: bool) -> None:
+    """``at_load``: the first sweep was sent to the workers when the kernel's module loaded
+    (``AtLoad``, as the process that compiled the module does), and the tuning takes those
+    compiles instead of sending the candidates again."""
     from torch._inductor.codecache import _load_triton_kernel_from_source
     from torch._inductor.compile_worker.subproc_pool import SubprocPool
     from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
@@ -67,6 +71,16 @@ def test_candidates_compile_in_worker_processes_and_load_here(corpus: pathlib.Pa
     assert str(stock_pick) != str(baseline)  # the bowl makes it move
 
     pool = SubprocPool(2)  # Inductor's own compile workers
+    sent: list[Any] = []
+    real_submit = pool.submit
+
+    def submit(fn: Any, *args: Any) -> Any:  # each compile the workers are sent
+        sent.append(args[2])
+        return real_submit(fn, *args)
+
+    pool.submit = submit  # type: ignore[method-assign]
+    early = coordesc.AtLoad(2, lambda n: None)
+    queued = 0
     threads = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="raycompile-coordesc")
     made_here: list[str] = []
     real_make_ir = ASTSource.make_ir
@@ -81,6 +95,11 @@ def test_candidates_compile_in_worker_processes_and_load_here(corpus: pathlib.Pa
             kernel._precompile_config(baseline)  # the start, compiled as the kernel's own configs are
             real = tuner()
             kernel.coordesc_tuner = real
+            kernel.configs = [baseline]  # the kernel's one config, where its descent starts
+            kernel.inductor_meta = {**kernel.inductor_meta, "coordinate_descent_tuning": True}
+            if at_load:
+                queued = early.load([kernel], pool)
+                assert queued == len(coordesc.coordesc_first_sweep(kernel, baseline)) > 2
             in_workers: list[int] = []
             ahead = coordesc.in_compile_workers(kernel, kernel._precompile_config, lambda: pool, in_workers.append)
             assert ahead is not None
@@ -103,6 +122,7 @@ def test_candidates_compile_in_worker_processes_and_load_here(corpus: pathlib.Pa
                 coordesc.COORDESC_ACTIVE.pop(id(real), None)
                 prefetch.close()
     finally:
+        early.close()
         threads.shutdown()
         pool.shutdown()
 
@@ -112,6 +132,7 @@ def test_candidates_compile_in_worker_processes_and_load_here(corpus: pathlib.Pa
     # every compile ahead was a worker's (a sweep from each new best is compiled whole, so some are
     # never timed), and every candidate timed was one of them:
     assert sum(in_workers) == sum(counted) >= len(candidates)
+    assert len(sent) == len({str(cfg) for cfg in sent}) == sum(counted)  # each sent once: those at load taken
     assert made_here == [], made_here  # and found here in Triton's cache: nothing compiled in this process
     hashes = {r.kernel.hash for r in results.values()}
     assert len(hashes) == len(results)  # a binary per config

@@ -25,14 +25,14 @@ B_OWN = {"XBLOCK": 512, "num_warps": 8}  # B's descent from its own pick (config
 
 def pair(tmp: pathlib.Path, first: list[str], second: list[str]) -> tuple[dict | None, dict]:
     """Process A (pick 2, ``first``'s options) takes the kernel's turn and, once another process
-    announces itself, holds it; B (pick 0, ``second``'s options) is started once A is tuning. A's
-    results are None where it was to die."""
+    announces itself, holds it; B (pick 0, ``second``'s options) is started once A is tuning (or
+    has taken the turn ahead, with ``--reserve``). A's results are None where it was to die."""
     cache = tmp / "inductor"
     cache.mkdir()
     a = procs.start(HERE / "turns_driver.py", [str(cache), str(tmp / "a.pt"), "2", "--await-waiter", *first],
                     dict(os.environ), tmp / "a.pt", timeout=180)
     deadline = time.monotonic() + 120
-    while not list(cache.glob("tuning.*")):
+    while not list(cache.glob("reserved.*" if "--reserve" in first else "tuning.*")):
         assert time.monotonic() < deadline, "process A never started tuning"
         time.sleep(0.05)
     b = procs.start(HERE / "turns_driver.py", [str(cache), str(tmp / "b.pt"), "0", *second], dict(os.environ),
@@ -57,6 +57,30 @@ def test_the_second_process_takes_the_first_ones_pick_and_times_nothing(tmp_path
     assert b["adopted"][0][0] == "triton_poi_fused_0" and b["adopted"][0][1] > 0.5, b
     assert a["config"] == (A_DESCENT if coordesc else A_PICKS) and b["config"] == a["config"], (a, b)
     assert a["let_go"] and b["let_go"] and b["finished"]  # the turn is free, its work marked whole
+
+
+def test_the_process_that_loaded_a_kernel_with_the_compile_workers_tunes_it_first(tmp_path: pathlib.Path) -> None:
+    """A (the process that compiled the kernel's module: it has the node's compile workers) took
+    the kernel's turn ahead when the module loaded (``Reservations``). B reaches the kernel 2 s
+    before A does: it waits for A's pick instead of tuning first on its own and making A wait for
+    it (so a job's waiting ranks never hold up the rank that compiles). Without the turn taken
+    ahead, B would tune and A would take B's pick."""
+    a, b = pair(tmp_path, ["--reserve", "60", "--late", "2", "--hold", "0.5", "--coordesc", "--descent", "0.5"],
+                ["--coordesc"])
+    assert a is not None
+    assert a["ran"] == ["tuning", "configs", "coordesc"] and a["adopted"] == [], a
+    assert b["ran"] == [] and len(b["adopted"]) == 1 and b["adopted"][0][1] > 2.0, b
+    assert a["config"] == A_DESCENT and b["config"] == A_DESCENT
+    assert a["let_go"] and b["let_go"] and b["finished"]
+
+
+def test_a_turn_taken_ahead_for_a_kernel_never_run_is_let_go_of(tmp_path: pathlib.Path) -> None:
+    """A takes the kernel's turn ahead (kept 1 s unclaimed) but never runs the kernel (it sleeps
+    20 s, then exits): B waits for it about 1 s, not until A exits, then tunes the kernel itself."""
+    a, b = pair(tmp_path, ["--reserve", "1", "--never-run", "20"], ["--coordesc"])
+    assert b["ran"] == ["tuning", "configs", "coordesc"] and b["adopted"] == [], b
+    assert b["config"] == B_OWN and b["finished"]
+    assert a is not None and b["ended"] < a["exited"] - 10, (a, b)  # B was done while A still slept
 
 
 @pytest.mark.parametrize("where", ["configs", "descent"])

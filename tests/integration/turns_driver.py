@@ -2,6 +2,7 @@
 
     turns_driver.py CACHE_DIR OUT PICK [--hold S] [--descent S] [--wait S] [--coordesc]
                     [--await-waiter] [--die-in configs|descent] [--broken]
+                    [--reserve S [--late S | --never-run S]]
 
 The kernel is a stand-in for a ``CachingAutotuner`` (this box has no GPU to run a real one on):
 three configs, filed through Inductor's real ``AutotuneCache`` in CACHE_DIR. Its tuning is a
@@ -19,7 +20,12 @@ ran, and what it counted.
 - ``--die-in``: the process exits inside its configs' timing (before filing anything) or inside
   its descent (after filing the configs' pick): a rank killed mid-tuning.
 - ``--broken``: no config beyond the kernel's own three can be compiled here (as a kernel whose
-  Triton function failed to load)."""
+  Triton function failed to load).
+- ``--reserve``: the process takes the kernel's turn ahead, as one that compiled the kernel's
+  module does when it loads it (``compat.tuning.Reservations``, kept ``--reserve`` seconds
+  unclaimed), writes ``reserved.*`` into CACHE_DIR, waits for another process to announce itself,
+  then reaches the kernel ``--late`` seconds later (after the other one), or not at all for
+  ``--never-run`` seconds (then exits without running it)."""
 
 from __future__ import annotations
 
@@ -64,6 +70,9 @@ def main() -> None:
     p.add_argument("--await-waiter", action="store_true")
     p.add_argument("--die-in", choices=("configs", "descent"))
     p.add_argument("--broken", action="store_true")
+    p.add_argument("--reserve", type=float)
+    p.add_argument("--late", type=float, default=0.0)
+    p.add_argument("--never-run", type=float)
     a = p.parse_args()
     meta = {"coordinate_descent_tuning": a.coordesc, "autotune_local_cache": True}
     configs = [triton.Config({"XBLOCK": block}, num_warps=4, num_stages=1) for block in (64, 128, 256)]
@@ -77,15 +86,18 @@ def main() -> None:
         kernel._precompile_config = lambda cfg: 1 / 0
     ran: list[str] = []
 
+    def await_waiter() -> None:
+        deadline = time.monotonic() + 90
+        mine = f"waiting.{os.getpid()}"
+        while not any(n.startswith("waiting.") and n != mine for n in os.listdir(a.cache_dir)):
+            assert time.monotonic() < deadline, "no other process came"
+            time.sleep(0.02)
+
     def started() -> None:
         ran.append("tuning")
         open(os.path.join(a.cache_dir, f"tuning.{os.getpid()}"), "w").close()  # the test starts the next process
         if a.await_waiter:
-            deadline = time.monotonic() + 90
-            mine = f"waiting.{os.getpid()}"
-            while not any(n.startswith("waiting.") and n != mine for n in os.listdir(a.cache_dir)):
-                assert time.monotonic() < deadline, "no other process came"
-                time.sleep(0.02)
+            await_waiter()
         time.sleep(a.hold)
 
     def timed_configs(self: Any, *args: Any, **kwargs: Any) -> None:  # stand-in for the GPU's timing
@@ -113,7 +125,20 @@ def main() -> None:
     CachingAutotuner.autotune_to_one_config = timed_configs
     CachingAutotuner.coordinate_descent_tuning = coordinate_descent
     take = functools.partial(turns.take, wait_s=a.wait)
-    with compat.tuning.tuning_in_turns(take, lambda name, waited: counted.append((name, waited))):
+    reservations = None
+    if a.reserve is not None:  # the kernel's module just loaded in the process that compiled it
+        reservations = compat.tuning.Reservations(turns.try_take, hold_s=a.reserve)
+        assert reservations.reserve([kernel]) == 1
+        open(os.path.join(a.cache_dir, f"reserved.{os.getpid()}"), "w").close()  # the test starts the next
+        await_waiter()
+        if a.never_run is not None:
+            time.sleep(a.never_run)
+            reservations.close()
+            torch.save({"exited": time.time()}, a.out)
+            return
+        time.sleep(a.late)
+    claim = reservations.claim if reservations is not None else None
+    with compat.tuning.tuning_in_turns(take, lambda name, waited: counted.append((name, waited)), claim):
         open(os.path.join(a.cache_dir, f"waiting.{os.getpid()}"), "w").close()
         # the steps of CachingAutotuner.run at a kernel's first run
         if len(kernel.launchers) > 1:
@@ -130,7 +155,10 @@ def main() -> None:
     assert again is not None
     finished, let_go = again.finished, again.held and again.waited_s < 1.0
     again.release(done=again.finished)
-    torch.save({"config": final, "ran": ran, "adopted": counted, "finished": finished, "let_go": let_go}, a.out)
+    if reservations is not None:
+        reservations.close()
+    torch.save({"config": final, "ran": ran, "adopted": counted, "finished": finished, "let_go": let_go,
+                "ended": time.time()}, a.out)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
+import functools
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,6 +36,7 @@ SEAMS: Seams = {
 log = logging.getLogger("raycompile.autotune")
 
 COORDESC_WAIT_S = 600.0  # a candidate's compile on a prefetch thread, waited for at its turn
+AT_LOAD = "_raycompile_coordesc_at_load"  # a kernel's first sweep: config key -> its compile begun at load
 
 
 def _config_key(cfg: Any) -> Any:
@@ -71,6 +74,9 @@ def coordesc_first_sweep(kernel: Any, baseline: Any) -> list[Any]:
         return []
     return list(seen.values())
 
+
+# ids of compile pools whose binaries this process did not find in Triton's cache (another key)
+ELSEWHERE: set[int] = set()
 
 # id(a kernel's CoordescTuner) -> its tuning in progress with candidates compiled ahead
 COORDESC_ACTIVE: dict[int, CoordescPrefetch] = {}
@@ -134,6 +140,111 @@ class CoordescPrefetch:
         self.futures.clear()
 
 
+class EarlyCompile:
+    """One candidate of a kernel's first sweep, to be compiled in the compile workers before the
+    kernel's first run (``AtLoad``). ``take()``, at the kernel's tuning: the compile's result,
+    (binary hash, seconds), waited for where it began; None where it had not begun (it then never
+    will: the tuning compiles the candidate itself) or failed."""
+
+    def __init__(self, compile: Callable[[], Any]) -> None:
+        self._compile = compile
+        self._lock = threading.Lock()
+        self._state = "queued"  # -> "begun" (by a thread of AtLoad) or "taken" (by the tuning first)
+        self._done = threading.Event()
+        self._result: Any = None
+
+    def run(self) -> None:
+        with self._lock:
+            if self._state != "queued":
+                return
+            self._state = "begun"
+        try:
+            self._result = self._compile()
+        except Exception as e:  # noqa: BLE001 - the tuning compiles it itself, as without this
+            log.debug("raycompile: a coordinate-descent candidate not compiled at load: %s", e)
+        finally:
+            self._done.set()
+
+    def take(self) -> Any:
+        with self._lock:
+            if self._state == "queued":
+                self._state = "taken"
+                return None
+        self._done.wait(COORDESC_WAIT_S)
+        return self._result
+
+
+class AtLoad:
+    """The first sweep of coordinate descent (``coordesc_first_sweep`` from the one config a kernel
+    has) of each kernel of a module just loaded, compiled in the node's compile workers while the
+    process goes on to the kernels' first runs, so that a kernel's tuning finds its candidates
+    compiled instead of waiting for them. The workers idle then (the module's kernels are
+    compiled), and a kernel's tuning waits only for its own candidates' compiles.
+
+    ``load(kernels, workers)``: queues the candidates (``EarlyCompile``, kept in the kernel's
+    ``AT_LOAD``), which ``threads`` threads send to ``workers`` in order, at most ``threads`` at a
+    time: part of the node's CPUs stay free for the process's timings, which go on meanwhile. A
+    kernel with several configs (its baseline is their timing's pick, known only then) is left to
+    its tuning. ``counted(n)``: n candidates queued."""
+
+    def __init__(self, threads: int, counted: Callable[[int], None]) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(max(1, threads),
+                                                          thread_name_prefix="raycompile-coordesc-load")
+        self.counted = counted
+
+    def load(self, kernels: Any, workers: Any) -> int:
+        from .triton import compile_config_for_target, compile_job_env, triton_extra_config
+
+        env, queued = compile_job_env(), 0
+        if id(workers) in ELSEWHERE:
+            return 0
+        for kernel in kernels:
+            try:
+                found = autotuner_source(kernel) if _descends_from_one(kernel) else None
+                sweep = coordesc_first_sweep(kernel, _one_config(kernel)) if found is not None else []
+            except Exception as e:  # noqa: BLE001 - its tuning compiles its candidates, as without this
+                log.debug("raycompile: coordinate descent's first sweep not found at load: %s", e)
+                continue
+            if not sweep or found is None:
+                continue
+            name, source = found
+            extra = triton_extra_config(source)
+            early = kernel.__dict__.setdefault(AT_LOAD, {})
+            for cfg in sweep:
+                key = _config_key(cfg)
+                if key in early:
+                    continue
+                job = EarlyCompile(functools.partial(_compile_in, workers, compile_config_for_target,
+                                                     name, source, cfg, env, extra))
+                early[key] = job
+                self.pool.submit(job.run)
+                queued += 1
+        if queued:
+            self.counted(queued)
+        return queued
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _compile_in(workers: Any, job: Callable[..., Any], *args: Any) -> Any:
+    return workers.submit(job, *args).result(timeout=COORDESC_WAIT_S)
+
+
+def _one_config(kernel: Any) -> Any:
+    launchers = list(getattr(kernel, "launchers", None) or [])
+    return launchers[0].config if launchers else list(kernel.configs)[0]
+
+
+def _descends_from_one(kernel: Any) -> bool:
+    """Whether ``kernel``'s first run is a coordinate descent from its one config (max-autotune's
+    tuning of a pointwise or reduction kernel; not a kernel restricted to descent's own pick)."""
+    launchers = list(getattr(kernel, "launchers", None) or [])
+    configs = [launcher.config for launcher in launchers] or list(getattr(kernel, "configs", None) or [])
+    return (len(configs) == 1 and bool((getattr(kernel, "inductor_meta", None) or {}).get("coordinate_descent_tuning"))
+            and coordesc_eligible(kernel) and not getattr(configs[0], "found_by_coordesc", False))
+
+
 def in_compile_workers(kernel: Any, compile_one: Callable[[Any], Any], processes: Callable[[], Any],
                        counted: Callable[[int], None]) -> Callable[[Any], Any] | None:
     """For ``CoordescPrefetch(ahead=...)``: a config of ``kernel`` compiled in this node's compile
@@ -146,26 +257,34 @@ def in_compile_workers(kernel: Any, compile_one: Callable[[Any], Any], processes
     where the kernel's source is unknown or no pool runs."""
     found = autotuner_source(kernel)
     workers = processes() if found is not None else None
-    if workers is None or found is None:
+    if workers is None or found is None or id(workers) in ELSEWHERE:
         return None
     from .triton import compile_config_for_target, compile_job_env, compiled_hash, triton_extra_config
 
     name, source = found
     env, config = compile_job_env(), triton_extra_config(source)
 
+    early = kernel.__dict__.get(AT_LOAD) or {}
+
     def ahead(cfg: Any) -> Any:
         built = None
         try:
-            built, _ = workers.submit(compile_config_for_target, name, source, cfg, env,
-                                      config).result(timeout=COORDESC_WAIT_S)
+            at_load = early.pop(_config_key(cfg), None)
+            done = at_load.take() if at_load is not None else None  # compiled since the module loaded
+            built, _ = done or workers.submit(compile_config_for_target, name, source, cfg, env,
+                                              config).result(timeout=COORDESC_WAIT_S)
         except Exception as e:  # noqa: BLE001 - compiled here instead, as on a prefetch thread before
             log.debug("raycompile: a coordinate-descent candidate not compiled in the compile workers: %s", e)
         result = compile_one(cfg)
         if built is not None and compiled_hash(result) == built:  # the workers' binary, found here
             counted(1)
-        elif built is not None:
-            log.debug("raycompile: a coordinate-descent candidate the workers compiled was compiled here again "
-                      "(another Triton cache key: %s, %s)", built, compiled_hash(result))
+        elif built is not None and id(workers) not in ELSEWHERE:
+            # their binaries are not the ones this process loads (workers started before the farm's
+            # set-up, say): sending them more is only work lost, so the threads compile from now on
+            ELSEWHERE.add(id(workers))
+            log.info("raycompile: a coordinate-descent candidate the compile workers built has another Triton "
+                     "cache key than this process's (%s, %s); the candidates compile on this process's threads "
+                     "from now on", built, compiled_hash(result))
         return result
 
     return ahead
@@ -173,7 +292,8 @@ def in_compile_workers(kernel: Any, compile_one: Callable[[Any], Any], processes
 
 @contextlib.contextmanager
 def coordesc_prefetched(workers: int, counted: Callable[[int], None], processes: Callable[[], Any] | None = None,
-                        in_workers: Callable[[int], None] | None = None) -> Iterator[None]:
+                        in_workers: Callable[[int], None] | None = None,
+                        at_load: Callable[[int], None] | None = None) -> Iterator[AtLoad]:
     """Coordinate descent (max-autotune's tuning of a pointwise or reduction kernel at its first
     run, ``CachingAutotuner.coordinate_descent_tuning``) compiles each candidate config (Triton,
     then ptxas) just before timing it, one after another, on the step's critical path. Inside,
@@ -185,13 +305,15 @@ def coordesc_prefetched(workers: int, counted: Callable[[int], None], processes:
     stock's); the timings, their order and so the pick are stock's. ``counted(n)``: n candidates
     compiled ahead. ``processes``: this node's compile workers where they run (else None), which
     then compile the candidates (``in_compile_workers``, ``in_workers(n)`` counting them) while
-    the threads wait for them and load them. Restored on exit."""
+    the threads wait for them and load them. Yields an ``AtLoad`` (``at_load(n)`` counting), for
+    the first sweeps of a module's kernels to be compiled when it loads. Restored on exit."""
     from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
     stock = CachingAutotuner.__dict__["coordinate_descent_tuning"]
     stock_compare = CoordescTuner.__dict__["compare_config"]
     pool = concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="raycompile-coordesc")
+    early = AtLoad(workers, at_load or (lambda n: None))
     active = COORDESC_ACTIVE
 
     def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
@@ -214,6 +336,7 @@ def coordesc_prefetched(workers: int, counted: Callable[[int], None], processes:
         finally:
             active.pop(id(tuner), None)
             self.__dict__.pop("_precompile_config", None)
+            self.__dict__.pop(AT_LOAD, None)
             prefetch.close()
 
     def compare_config(self: Any, func: Any, candidate_config: Any, best_config: Any, best_timing: Any) -> Any:
@@ -228,8 +351,9 @@ def coordesc_prefetched(workers: int, counted: Callable[[int], None], processes:
     CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
     CoordescTuner.compare_config = compare_config
     try:
-        yield
+        yield early
     finally:
         CachingAutotuner.coordinate_descent_tuning = stock
         CoordescTuner.compare_config = stock_compare
         pool.shutdown(wait=False, cancel_futures=True)
+        early.close()

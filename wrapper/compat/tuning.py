@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,6 +41,9 @@ log = logging.getLogger("raycompile.autotune")
 _TURN = "_raycompile_turn"  # a kernel's turn, held from its configs' timing to its coordinate descent's end
 _TUNED_HERE = "_raycompile_tuned_here"  # this process timed the kernel's configs itself
 _ALONE = "_raycompile_turn_given_up"  # ... after a wait for the turn that gave up
+
+RESERVE_S = 300.0  # how long a turn taken ahead is kept for this process's first run of its kernel
+RESERVE_MOST = 512  # turns taken ahead and held at once (each an open file)
 
 
 def best_config_path(kernel: Any) -> str | None:
@@ -101,8 +106,100 @@ def _descent_follows(kernel: Any) -> bool:
             and type(kernel).run is CachingAutotuner.run)
 
 
+def will_tune(kernel: Any) -> bool:
+    """Whether ``kernel``'s first run tunes it here: its configs timed (more than one left), or
+    coordinate descent from its one config (not one that descent found). False for a kernel
+    restricted to a known pick, a template's timing run, a kernel filed nowhere."""
+    launchers = list(getattr(kernel, "launchers", None) or [])
+    configs = [launcher.config for launcher in launchers] or list(getattr(kernel, "configs", None) or [])
+    if best_config_path(kernel) is None or not configs:
+        return False
+    if len(configs) > 1:
+        return True
+    return _descends(kernel) and not getattr(configs[0], "found_by_coordesc", False)
+
+
+class Reservations:
+    """Turns this process takes ahead, at the kernels of a module it has just loaded and will run
+    next, so that a process of the node that reaches one of them first waits for this one's pick
+    instead of tuning it itself. The process that compiled a module has the node's compile workers
+    (its coordinate descent compiles there), and the others (a job's waiting ranks) do not: a
+    waiter that tuned a kernel first on its own threads made the compiling process wait for it.
+
+    ``reserve(kernels)`` takes the turn (``try_take(path)``: at once or not at all) of each kernel
+    that ``will_tune``; ``claim(path)`` hands one to the kernel's first-run tuning
+    (``tuning_in_turns(reserved=...)``). A turn unclaimed ``hold_s`` after it was taken (a kernel
+    this process never runs) is let go of as it was found; so are all at ``close``."""
+
+    def __init__(self, try_take: Callable[[str], Any], hold_s: float = RESERVE_S, most: int = RESERVE_MOST) -> None:
+        self.try_take, self.hold_s, self.most = try_take, hold_s, most
+        self._held: dict[str, tuple[Any, float]] = {}  # path -> (its turn, when it is let go of)
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._closed = False
+
+    def reserve(self, kernels: Any) -> int:
+        """Take ahead the turns of ``kernels`` that will tune here; how many were taken."""
+        taken = 0
+        for kernel in kernels:
+            try:
+                path = best_config_path(kernel) if will_tune(kernel) else None
+            except Exception as e:  # noqa: BLE001 - a kernel this cannot read: its turn is taken at its run
+                log.debug("raycompile: %s: no turn taken ahead: %s", kernel_label(kernel), e)
+                path = None
+            if path is None:
+                continue
+            with self._lock:
+                if self._closed or path in self._held or len(self._held) >= self.most:
+                    continue
+                turn = self.try_take(path)
+                if turn is None or not turn.held:
+                    continue
+                self._held[path] = (turn, time.monotonic() + self.hold_s)
+                taken += 1
+        if taken:
+            self._schedule()
+        return taken
+
+    def claim(self, path: str) -> Any:
+        """The turn taken ahead at ``path`` (then the caller's to let go of), or None."""
+        with self._lock:
+            turn, _ = self._held.pop(path, (None, 0.0))
+        return turn if turn is not None and turn.held else None
+
+    def _schedule(self) -> None:
+        with self._lock:
+            if self._timer is not None or self._closed or not self._held:
+                return
+            due = min(deadline for _, deadline in self._held.values())
+            self._timer = threading.Timer(max(0.0, due - time.monotonic()) + 0.05, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _expire(self, everything: bool = False) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._timer = None
+            stale = [path for path, (_, deadline) in self._held.items() if everything or deadline <= now]
+            turns = [self._held.pop(path)[0] for path in stale]
+        for turn in turns:  # as found: the holder before this one's mark kept
+            turn.release(done=turn.finished)
+        if stale and not everything:
+            log.debug("raycompile: %d turns taken ahead were not used within %.0f s", len(stale), self.hold_s)
+        self._schedule()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        self._expire(everything=True)
+
+
 @contextlib.contextmanager
-def tuning_in_turns(take: Callable[[str], Any], adopted: Callable[[str, float], None]) -> Iterator[None]:
+def tuning_in_turns(take: Callable[[str], Any], adopted: Callable[[str, float], None],
+                    reserved: Callable[[str], Any] | None = None) -> Iterator[None]:
     """A kernel's first-run tuning done by one process of the node at a time: ``take(path)``
     gives this process the turn at the kernel filed at ``path`` (``cache.turns.take``: a
     ``Turn``, or None to tune as stock). Where another process tuned the kernel whole before this
@@ -111,7 +208,8 @@ def tuning_in_turns(take: Callable[[str], Any], adopted: Callable[[str, float], 
     the turn is held from the configs' timing through coordinate descent, a holder that fails or
     dies in between leaves nothing to take, and a process never takes a filing of its own.
     ``adopted(kernel name, seconds waited)`` counts each pick taken; where none can be taken, this
-    process tunes, as stock. Restored on exit."""
+    process tunes, as stock. ``reserved(path)``: a turn this process took ahead at the kernel
+    (``Reservations.claim``), used before asking ``take``. Restored on exit."""
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
     stock_one = CachingAutotuner.autotune_to_one_config  # whatever is installed now (its wrappers kept)
@@ -124,7 +222,9 @@ def tuning_in_turns(take: Callable[[str], Any], adopted: Callable[[str, float], 
         path = best_config_path(kernel)
         if path is None:
             return None
-        turn = take(path)
+        turn = reserved(path) if reserved is not None else None
+        if turn is None:
+            turn = take(path)
         if turn is not None and kernel.__dict__.get(_TUNED_HERE):
             turn.fresh = False  # this process timed the configs itself: what is filed may be its own
         return turn
