@@ -77,15 +77,22 @@ def _held(path: str, fd: int, waited: bool, waited_s: float = 0.0) -> Turn:
     return Turn(path, fd, waited=waited, waited_s=waited_s, finished=finished)
 
 
+def _open(path: str) -> int | None:
+    """The turn's lock file, opened (made with its directory where missing); None where it cannot be."""
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        return os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        log.debug("raycompile: no turn at %s: %s", path, e)
+        return None
+
+
 def try_take(path: str) -> Turn | None:
     """The turn at the work filed at ``path`` if no other process holds it now, else None (also
     where the lock cannot be made): never waits. For taking a turn ahead of the work (a process
     that will do it soon, so that the others wait for it rather than doing it first)."""
-    try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        fd = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        log.debug("raycompile: no turn at %s: %s", path, e)
+    fd = _open(path)
+    if fd is None:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -100,11 +107,8 @@ def take(path: str, wait_s: float = WAIT_S) -> Turn | None:
     other process holds it, else after the holder lets go (``waited``), or after ``wait_s``
     without it (``held`` False). None where the lock cannot be made (a read-only cache dir, a
     file system without ``flock``): the caller works alone, as stock."""
-    try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        fd = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        log.debug("raycompile: no turn at %s: %s", path, e)
+    fd = _open(path)
+    if fd is None:
         return None
     start = time.monotonic()
     try:

@@ -262,6 +262,20 @@ def coordesc_eligible(kernel: Any) -> bool:
     return getattr(getattr(kernel, "heuristic_type", None), "name", "") not in _NOT_COORDESC
 
 
+def kernel_configs(kernel: Any) -> list[Any]:
+    """The configs ``kernel`` can launch now: its launchers' (once precompiled), else its own."""
+    launchers = list(getattr(kernel, "launchers", None) or [])
+    return [launcher.config for launcher in launchers] or list(getattr(kernel, "configs", None) or [])
+
+
+def descends_from_one(kernel: Any) -> bool:
+    """Whether ``kernel``'s first run is max-autotune's coordinate descent from its one config
+    (on, the kernel one it tunes, and that config not one a descent found)."""
+    configs = kernel_configs(kernel)
+    return (len(configs) == 1 and bool((getattr(kernel, "inductor_meta", None) or {}).get("coordinate_descent_tuning"))
+            and coordesc_eligible(kernel) and not getattr(configs[0], "found_by_coordesc", False))
+
+
 def _kernel_loaded(kernel: Any) -> bool:
     """Reload the kernel's Triton function where unpickling left it out (a kernel compiled in a
     worker), as stock's tuning does first; whether it is there."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._base import Seams
-from .autotuner import _kernel_loaded, autotuner_source, coordesc_eligible
+from .autotuner import _kernel_loaded, autotuner_source, coordesc_eligible, descends_from_one, kernel_configs
 
 CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
 
@@ -200,8 +200,8 @@ class AtLoad:
             return 0
         for kernel in kernels:
             try:
-                found = autotuner_source(kernel) if _descends_from_one(kernel) else None
-                sweep = coordesc_first_sweep(kernel, _one_config(kernel)) if found is not None else []
+                found = autotuner_source(kernel) if descends_from_one(kernel) else None
+                sweep = coordesc_first_sweep(kernel, kernel_configs(kernel)[0]) if found is not None else []
             except Exception as e:  # noqa: BLE001 - its tuning compiles its candidates, as without this
                 log.debug("raycompile: coordinate descent's first sweep not found at load: %s", e)
                 continue
@@ -229,20 +229,6 @@ class AtLoad:
 
 def _compile_in(workers: Any, job: Callable[..., Any], *args: Any) -> Any:
     return workers.submit(job, *args).result(timeout=COORDESC_WAIT_S)
-
-
-def _one_config(kernel: Any) -> Any:
-    launchers = list(getattr(kernel, "launchers", None) or [])
-    return launchers[0].config if launchers else list(kernel.configs)[0]
-
-
-def _descends_from_one(kernel: Any) -> bool:
-    """Whether ``kernel``'s first run is a coordinate descent from its one config (max-autotune's
-    tuning of a pointwise or reduction kernel; not a kernel restricted to descent's own pick)."""
-    launchers = list(getattr(kernel, "launchers", None) or [])
-    configs = [launcher.config for launcher in launchers] or list(getattr(kernel, "configs", None) or [])
-    return (len(configs) == 1 and bool((getattr(kernel, "inductor_meta", None) or {}).get("coordinate_descent_tuning"))
-            and coordesc_eligible(kernel) and not getattr(configs[0], "found_by_coordesc", False))
 
 
 def in_compile_workers(kernel: Any, compile_one: Callable[[Any], Any], processes: Callable[[], Any],

@@ -19,6 +19,8 @@ from .autotuner import (
     _kernel_loaded,
     config_dict,
     coordesc_eligible,
+    descends_from_one,
+    kernel_configs,
     kernel_label,
     restrict_autotuner,
 )
@@ -110,13 +112,9 @@ def will_tune(kernel: Any) -> bool:
     """Whether ``kernel``'s first run tunes it here: its configs timed (more than one left), or
     coordinate descent from its one config (not one that descent found). False for a kernel
     restricted to a known pick, a template's timing run, a kernel filed nowhere."""
-    launchers = list(getattr(kernel, "launchers", None) or [])
-    configs = [launcher.config for launcher in launchers] or list(getattr(kernel, "configs", None) or [])
-    if best_config_path(kernel) is None or not configs:
+    if best_config_path(kernel) is None:
         return False
-    if len(configs) > 1:
-        return True
-    return _descends(kernel) and not getattr(configs[0], "found_by_coordesc", False)
+    return len(kernel_configs(kernel)) > 1 or descends_from_one(kernel)
 
 
 class Reservations:
