@@ -51,6 +51,15 @@ class Turn:
     def held(self) -> bool:
         return self.fd is not None and not self.released
 
+    def forget(self) -> None:
+        """Close this process's descriptor without letting go (a forked child's copy of its
+        parent's turn: the lock stays the parent's until it lets go)."""
+        if self.released:
+            return
+        self.released = True
+        if self.fd is not None:
+            os.close(self.fd)
+
     def release(self, done: bool) -> None:
         """Let go of the turn; ``done``: this holder's work ended whole (the next may take it)."""
         if self.released:

@@ -100,6 +100,9 @@ def test_candidates_compile_in_worker_processes_and_load_here(corpus: pathlib.Pa
             if at_load:
                 queued = early.load([kernel], pool)
                 assert queued == len(coordesc.coordesc_first_sweep(kernel, baseline)) > 2
+                for job in kernel.__dict__[coordesc.AT_LOAD].values():  # the module's first run comes later
+                    assert job._done.wait(120)
+                assert len(sent) == queued  # each sent to the workers at load, before any tuning
             in_workers: list[int] = []
             ahead = coordesc.in_compile_workers(kernel, kernel._precompile_config, lambda: pool, in_workers.append)
             assert ahead is not None

@@ -343,3 +343,4 @@ def coordesc_prefetched(workers: int, counted: Callable[[int], None], processes:
         CoordescTuner.compare_config = stock_compare
         pool.shutdown(wait=False, cancel_futures=True)
         early.close()
+        ELSEWHERE.clear()  # the next session's pool is judged anew

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -108,11 +110,24 @@ def _descent_follows(kernel: Any) -> bool:
             and type(kernel).run is CachingAutotuner.run)
 
 
+def _open_files_allowed() -> int:
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return soft if soft > 0 else 1 << 20
+    except (ImportError, OSError, ValueError):
+        return 1024
+
+
 def will_tune(kernel: Any) -> bool:
     """Whether ``kernel``'s first run tunes it here: its configs timed (more than one left), or
     coordinate descent from its one config (not one that descent found). False for a kernel
-    restricted to a known pick, a template's timing run, a kernel filed nowhere."""
-    if best_config_path(kernel) is None:
+    restricted to a known pick, a template's timing run, a kernel filed nowhere, and a subclass
+    with a ``run`` of its own (Inductor's ``DebugAutotuner``, say), which may call neither."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    if best_config_path(kernel) is None or type(kernel).run is not CachingAutotuner.run:
         return False
     return len(kernel_configs(kernel)) > 1 or descends_from_one(kernel)
 
@@ -130,11 +145,25 @@ class Reservations:
     this process never runs) is let go of as it was found; so are all at ``close``."""
 
     def __init__(self, try_take: Callable[[str], Any], hold_s: float = RESERVE_S, most: int = RESERVE_MOST) -> None:
-        self.try_take, self.hold_s, self.most = try_take, hold_s, most
+        self.try_take, self.hold_s = try_take, hold_s
+        self.most = min(most, _open_files_allowed() // 8)  # a small share of this process's open files
         self._held: dict[str, tuple[Any, float]] = {}  # path -> (its turn, when it is let go of)
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
         self._closed = False
+        self._pid = os.getpid()
+        forget = weakref.WeakMethod(self._forked)
+        os.register_at_fork(after_in_child=lambda: (forget() or (lambda: None))())
+
+    def _forked(self) -> None:
+        """In a forked child: the turns are the parent's (one lock, shared with its descriptors).
+        The child's copies are closed without letting go, and it takes or claims none."""
+        self._closed = True
+        self._timer = None
+        self._lock = threading.Lock()  # the parent's may have been held by another of its threads
+        held, self._held = self._held, {}
+        for turn, _ in held.values():
+            turn.forget()
 
     def reserve(self, kernels: Any) -> int:
         """Take ahead the turns of ``kernels`` that will tune here; how many were taken."""
@@ -161,6 +190,8 @@ class Reservations:
 
     def claim(self, path: str) -> Any:
         """The turn taken ahead at ``path`` (then the caller's to let go of), or None."""
+        if os.getpid() != self._pid:
+            return None
         with self._lock:
             turn, _ = self._held.pop(path, (None, 0.0))
         return turn if turn is not None and turn.held else None
