@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import time
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from ..cache.files import write_atomic
 from .jobs import Built, CppJob, Failed, Result
@@ -100,7 +100,10 @@ def run_cpp_job(job: CppJob) -> Result:
             for step in job.steps:
                 with open(step.target, "rb") as f:
                     files[step.target] = f.read()
-    except Exception as e:  # noqa: BLE001 - a time-out, a lock held too long, a full disk: the job's result
+    except (subprocess.TimeoutExpired, Timeout) as e:  # the farm sends it once more, as at its own deadline
+        return Failed(job.key, job.label, f"{type(e).__name__}: {e}", seconds=time.perf_counter() - start,
+                      kind="timeout")
+    except Exception as e:  # noqa: BLE001 - a lock held too long, a full disk: the job's result
         return Failed(job.key, job.label, f"{type(e).__name__}: {e}", seconds=time.perf_counter() - start)
     return Built(job.key, job.label, time.perf_counter() - start, files=files)
 

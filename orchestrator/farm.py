@@ -318,12 +318,22 @@ class Farm:
             p.crashes += 1
             self._retry(p, f"its worker or node was lost ({result.message.splitlines()[0][:200]})")
             return
+        if isinstance(result, Failed) and result.kind == "timeout" and self.alive:
+            # its compiler outlived job_timeout_s in the worker, before this side's own deadline
+            # (a loaded machine): the same time-out, handled the same way
+            self._timed_out(p)
+            return
         self._finish(p, result)
 
     def _expired(self, ref: Any, p: _Pending) -> None:
         """On a result thread: ``p``'s task ``ref`` outlived ``job_timeout_s``: cancelled, then sent
         once more, or failed."""
         self._cancel(ref)
+        self._timed_out(p)
+
+    def _timed_out(self, p: _Pending) -> None:
+        """``p`` outlived ``job_timeout_s`` (here, or its compiler in the worker): sent once more,
+        or failed."""
         if p.timeouts == 0:  # a stuck worker is more likely than a kernel that needs 2x
             p.timeouts += 1
             self._retry(p, f"no result within {self.settings.job_timeout_s:.0f} s")

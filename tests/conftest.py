@@ -106,9 +106,37 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+# seconds of each long test file in CI's run, serial, on the 2-CPU box (2026-11-27): the order CI's
+# two processes take files in (a file not here: 10 s for each slow test)
+FILE_SECONDS = {
+    "integration/test_reliability.py": 155, "integration/test_frames_guards.py": 165,
+    "integration/test_cluster_ops.py": 160, "integration/test_defaults.py": 90,
+    "integration/test_tuning_turns.py": 121, "integration/test_warm_start.py": 107,
+    "integration/test_graph_compiles.py": 89, "integration/test_gpu_pool.py": 87,
+    "integration/test_cli.py": 86, "integration/test_frames.py": 83, "integration/test_frames_backward.py": 78,
+    "integration/test_single_flight.py": 77, "integration/test_observability.py": 73,
+    "integration/test_token_auth.py": 70, "integration/test_models.py": 71,
+    "integration/test_output_module.py": 50, "integration/test_graph_flights.py": 43,
+    "integration/test_farm.py": 38, "integration/test_multinode.py": 37, "integration/test_autotune_decisions.py": 37,
+    "integration/test_isa_libraries.py": 34, "integration/test_bad_input.py": 30,
+    "integration/test_coordesc_workers.py": 26, "unit/test_layers.py": 22,
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import collections
+
     import torch
 
+    # the longest files first, each file's tests in their order: CI's run hands whole files to two
+    # processes (-n 2 --dist loadfile), and a long file last would run alone
+    slow = collections.Counter(item.path for item in items if "slow" in item.keywords)
+
+    def seconds(item: pytest.Item) -> float:
+        name = item.path.relative_to(item.path.parents[1]).as_posix()
+        return FILE_SECONDS.get(name, 10.0 * slow[item.path])
+
+    items.sort(key=lambda item: -seconds(item))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the GPU machine)")

@@ -112,6 +112,9 @@ class FrameCache:
         self._timer: threading.Timer | None = None
         # the call that traced the last frame: (its thread's id, its outermost torch.compile frame, when)
         self._call: tuple[int, Any, float] | None = None
+        # when the timer last found a compile (a lazy backward's too) or that call running: a
+        # backward is lowered ahead only once neither was seen for ``NO_BACKWARD_S``
+        self._busy_at = 0.0
         self._closed = False
         self._installed: Any = None
         self._install_error: Exception | None = None
@@ -385,6 +388,7 @@ class FrameCache:
         with self._lock:
             self._timer = None
         if compat.precompile.compiling() or self._in_traced_call():
+            self._busy_at = time.monotonic()
             self._schedule()
             return
         self.publish()
@@ -463,12 +467,14 @@ class FrameCache:
     def _without_backward(self, lacking: list[tuple[str, _Known]], final: bool) -> None:
         """Functions whose traced frames lack a backward (lowered lazily, at the first backward):
         written once it ran (looked at again after ``publish_delay_s``); noted once none ran for
-        ``NO_BACKWARD_S`` or by ``close()`` (``frames_backward_note``)."""
+        ``NO_BACKWARD_S`` (no frame traced, nothing compiled and the tracing call not running;
+        not while its first backward lowers it lazily, which would lower it twice) or by
+        ``close()`` (``frames_backward_note``)."""
         if compat.precompile.backward_with_forward():
             return  # lowered with the forward: what lacks a backend failed, and a note changes nothing
         now = time.monotonic()
         due = [(sid, known) for sid, known in lacking if not known.backward_noted
-               and (final or now - known.last_traced >= NO_BACKWARD_S)]
+               and (final or now - max(known.last_traced, self._busy_at) >= NO_BACKWARD_S)]
         waiting = len(due) < len([k for _, k in lacking if not k.backward_noted])
         if due:  # lowered here, as their first backward would: the packages complete, written
             done, lowered = lower_ahead({sid: known.device for sid, known in due})

@@ -119,6 +119,17 @@ def ray_cluster(*nodes: dict[str, Any], head_cpus: int = 1) -> Iterator[Any]:
 
 
 @contextmanager
+def short_tmpdir() -> Iterator[str]:
+    """A directory under /tmp for a head's ``ray_tmpdir``, removed afterwards: short, since Ray's
+    socket paths have a length limit that a pytest tmp path (more so an xdist worker's) exceeds."""
+    path = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
 def ray_head(num_cpus: int = 2, env: dict[str, str] | None = None, timeout: float = 90, dashboard: bool = True,
              ray_tmpdir: str | None = None) -> Iterator[RayHead]:
     """Start a head node on 127.0.0.1, with the job API (dashboard) unless ``dashboard`` is False;

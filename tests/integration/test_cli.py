@@ -19,7 +19,7 @@ def run(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> 
 
 
 @pytest.mark.slow  # the 70 kernels of the corpus, twice (test_a_broken_kernel_fails_the_run is the quick run)
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ["sm_80", pytest.param("sm_90", marks=pytest.mark.extended)])  # sm_90: extended
 def test_compile_kernels_cross_compiles_the_corpus(arch: str, corpus: pathlib.Path, tmp_path: pathlib.Path) -> None:
     out = tmp_path / "triton-cache"
     proc = run("compile-kernels", str(corpus), "--arch", arch, "--out", str(out), "--num-cpus", "2")
@@ -46,6 +46,7 @@ def test_a_broken_kernel_fails_the_run(corpus: pathlib.Path, tmp_path: pathlib.P
 GOLDEN = pathlib.Path(__file__).parents[1] / "fixtures" / "golden"
 
 
+@pytest.mark.extended  # left out of CI's run (docs/testing.md): a failing kernel: test_a_broken_kernel_fails_the_run
 def test_output_modules_are_skipped_and_only_kernels_fail(inductor_cache: pathlib.Path, tmp_path: pathlib.Path) -> None:
     """A directory as Inductor leaves one: output modules (stock's, from a real CUDA step, and
     raycompile's own), a kernel, a broken kernel and a file that is none. Exactly one failure, the
@@ -162,6 +163,7 @@ def test_a_bad_setting_is_an_error_where_the_command_overrides_it(args: list[str
 
 
 @pytest.mark.slow  # the demo's three models, compiled locally
+@pytest.mark.extended  # left out of CI's run (docs/testing.md): test_unreachable.py covers the addresses
 def test_demo_with_an_unreachable_ray_address_warns_once_and_says_what_happened() -> None:
     proc = run("demo", env={"RAY_ADDRESS": "127.0.0.1:1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

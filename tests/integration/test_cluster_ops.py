@@ -100,6 +100,7 @@ def drivers(n: int, address: str, shared: str, tmp: pathlib.Path, env: dict[str,
 # slow: a `ray start --head` with the job API (``head``) or a cluster_utils cluster, and drivers
 # compiling on it; the usage errors below need neither and stay in the quick run (-m "not slow")
 @pytest.mark.slow
+@pytest.mark.extended  # left out of CI's run (docs/testing.md): the default-settings drivers below compile once too
 def test_four_drivers_compile_each_kernel_once(head: RayHead, tmp_path: pathlib.Path) -> None:
     """The coordinator's kernel dedupe, the path of functions whose compiled frames are not shared
     (here: turned off; with them on, one driver would compile the function and the others load
@@ -214,6 +215,7 @@ def test_precompile_a_failing_variant_exits_1(head: RayHead, tmp_path: pathlib.P
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # left out of CI's run (docs/testing.md): test_token_auth.py runs precompile on a cluster
 def test_precompile_runs_a_script_with_the_farm(head: RayHead, tmp_path: pathlib.Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(

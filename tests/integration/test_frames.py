@@ -24,7 +24,7 @@ from typing import Any
 import procs
 import pytest
 import torch
-from raystart import RayHead, ray_head
+from raystart import RayHead, ray_head, short_tmpdir
 
 pytestmark = pytest.mark.slow  # five compiling subprocesses
 
@@ -38,8 +38,7 @@ HEADS: dict[str, RayHead] = {}  # the cluster fixture's head, by its RAY_TMPDIR
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A `ray start` head that is this machine's current cluster for processes whose RAY_TMPDIR
     is the directory yielded (Ray's defaults: token authentication on)."""
-    tmpdir = str(tmp_path_factory.mktemp("ray", numbered=True))
-    with ray_head(num_cpus=2, dashboard=False, ray_tmpdir=tmpdir) as head:
+    with short_tmpdir() as tmpdir, ray_head(num_cpus=2, dashboard=False, ray_tmpdir=tmpdir) as head:
         HEADS[tmpdir] = head
         yield tmpdir
         HEADS.pop(tmpdir)

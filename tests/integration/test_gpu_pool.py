@@ -158,6 +158,7 @@ class TestPool:
         assert {t.gpu for t in pool.run(jobs(CONFIGS, "triton_poi_held_2"), A)} == {held.gpu, other.gpu}
 
 
+@pytest.mark.extended  # left out of CI's run (docs/testing.md): a timing edge of the pool's start
 def test_a_start_in_progress_never_delays_the_drivers_own_timings(cluster: Any) -> None:
     """``hold`` (what the driver enters around each timing of its own) and ``started`` answer at
     once while the actors are starting: here they cannot start (another pool has every GPU) and

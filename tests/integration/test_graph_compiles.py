@@ -127,6 +127,7 @@ class Counting:
         return "raycompile-test-counting-pass"
 
 
+@pytest.mark.extended  # left out of CI's run (docs/testing.md): an edge of the graph jobs
 def test_a_graph_with_a_custom_pass_is_compiled_here(local_ray: None, tmp_path: pathlib.Path) -> None:
     from torch._inductor.custom_graph_pass import CustomGraphPass
 

@@ -72,6 +72,7 @@ def test_backend_entry_point_and_no_progress_when_not_a_terminal(tmp_path: pathl
 
 
 @pytest.mark.slow  # a fresh process with an embedded Ray (the bar's manners: tests/unit/test_output_runtime.py)
+@pytest.mark.extended  # left out of CI's run (docs/testing.md): the bar's manners are unit-tested
 def test_progress_can_be_forced(tmp_path: pathlib.Path) -> None:
     proc = _run({"RAYCOMPILE_PROGRESS": "1"}, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -294,7 +294,7 @@ def _hammer(root: str, shared: str, key: str, seed: int) -> None:
         assert got is not None and got.blobs["payload"] == bytes([7]) * 50_000
 
 
-@pytest.mark.parametrize("tier", ["file", "redis"])
+@pytest.mark.parametrize("tier", ["file", pytest.param("redis", marks=pytest.mark.extended)])  # redis: extended
 def test_eight_processes_hammering_one_key_leave_one_valid_entry(tier: str, tmp_path: pathlib.Path,
                                                                  request: pytest.FixtureRequest) -> None:
     shared = f"file://{tmp_path / 'shared'}" if tier == "file" else request.getfixturevalue("redis_url")

@@ -139,7 +139,7 @@ def test_the_readme_is_short_and_keeps_the_commands_ci_runs() -> None:
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail to docs/"
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     test_command = [line.strip() for line in ci if line.strip().startswith(".venv/bin/python -m pytest")]
-    assert test_command == [".venv/bin/python -m pytest -q tests"], test_command
+    assert test_command == ['.venv/bin/python -m pytest -q -n 2 --dist loadfile -m "not extended" tests'], test_command
     assert any(line.rstrip().endswith(" && " + test_command[0]) for line in lines), (
         "README.md lost the test command CI runs")
     assert "raycompile demo" in text

@@ -40,6 +40,9 @@ SEAMS: Seams = {
         "torch._dynamo.precompile_context", "PrecompileContext._backend_artifacts_by_key"),
     "bytecode_transformation.unique_id": ("torch._dynamo.bytecode_transformation", "unique_id"),
     "convert_frame.compile_lock": ("torch._dynamo.convert_frame", "compile_lock"),
+    "callback.callback_handler": ("torch._dynamo.callback", "callback_handler"),
+    "callback.CompilationCallbackHandler.__pending_callbacks_counter": (
+        "torch._dynamo.callback", "CompilationCallbackHandler._CompilationCallbackHandler__pending_callbacks_counter"),
     "utils.counters": ("torch._dynamo.utils", "counters"),
     "eval_frame._load_precompile_entry": ("torch._C._dynamo.eval_frame", "_load_precompile_entry"),
     "package.CompilePackage.initialize": ("torch._dynamo.package", "CompilePackage.initialize"),
@@ -359,12 +362,15 @@ def save(source_ids: set[str], wait: float | None = None) -> bool:
 
 
 def compiling() -> bool:
-    """Whether Dynamo is compiling a frame now (on any thread)."""
+    """Whether Dynamo is compiling a frame, or AOTAutograd lowering a training graph's backward at
+    its first backward (outside Dynamo's lock), now (on any thread)."""
+    from torch._dynamo.callback import callback_handler
     from torch._dynamo.convert_frame import compile_lock
 
     if compile_lock.acquire(blocking=False):
         compile_lock.release()
-        return False
+        # both run inside the compile callbacks' bracket, which counts those in progress
+        return int(getattr(callback_handler, "_CompilationCallbackHandler__pending_callbacks_counter", 0)) > 0
     return True
 
 
