@@ -149,6 +149,7 @@ def rank(model: str, case: str, mode: str | None) -> None:
                     "tunings_wait_s": s.get("tunings_adopted_wait_seconds", 0.0),
                     "coordesc": [s.get("coordesc_prefetched", 0), s.get("coordesc_in_workers", 0),
                                  s.get("coordesc_at_load", 0)],
+                    "configs_spread": s.get("configs_spread", 0),
                     "decisions": {how: s[f"autotune_decisions_{how}"] for how in ("timed", "shared", "adopted")}})
     elif case.startswith("stock-dist"):
         import torch.distributed as dist
@@ -370,7 +371,8 @@ def main() -> int:
                       flush=True)
                 for i, r in enumerate(job["ranks"]):
                     shown = ("benchmarks", "benchmark_seconds", "decisions", "stock_knobs", "gave_up_why", "ray_begun",
-                             "ray_wait_s", "tunings_adopted", "tunings_reserved", "tunings_wait_s", "coordesc")
+                             "ray_wait_s", "tunings_adopted", "tunings_reserved", "tunings_wait_s", "coordesc",
+                             "configs_spread")
                     extra = {k: r[k] for k in shown if r.get(k)}
                     print(f"    rank {i}: {r.get('roles') or ''} {extra or ''} phases {r['phases_s']} first output "
                           f"{r['first_output_s']:.2f}, CPU {r['cpu_s_phases']}", flush=True)

@@ -62,6 +62,10 @@ class TritonJob:
     extra_env: dict[str, str] = field(default_factory=dict)
     extra_config: dict[str, object] = field(default_factory=dict)
     key: str = field(kw_only=True)  # cache.keys.triton_key
+    # a directory of this node where each config is compiled under a lock of its own, so a config
+    # that another worker compiles at once (``run_triton_config``) is waited for and then found in
+    # Triton's cache, never compiled twice; "" for none (wrapper/spread.py)
+    config_locks: str = field(default="", kw_only=True)
 
     @property
     def label(self) -> str:

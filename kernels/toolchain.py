@@ -12,10 +12,18 @@ from typing import Any, Protocol
 class Toolchain(Protocol):
     # -- compile workers
     def compile_triton(self, kernel_name: str, source: str, extra_env: dict[str, str],
-                       extra_config: dict[str, Any]) -> tuple[bytes, dict[str, bytes]]:
+                       extra_config: dict[str, Any], config_locks: str = "",
+                       key: str = "") -> tuple[bytes, dict[str, bytes]]:
         """Compile every config of an Inductor Triton kernel module for the target its source
         records (cross-compiling without a GPU); return (the pickled compiled kernel, its Triton
-        cache group as ``triton/GROUP/FILE`` blobs)."""
+        cache group as ``triton/GROUP/FILE`` blobs). ``config_locks``: each config under its
+        lock there (named by ``key``), beside ``compile_triton_config``."""
+        ...
+
+    def compile_triton_config(self, kernel_name: str, source: str, index: int, extra_env: dict[str, str],
+                              extra_config: dict[str, Any], config_locks: str, key: str) -> float:
+        """Compile config ``index`` of the kernel into this node's Triton cache under its lock in
+        ``config_locks``, unless the kernel's own job finished first; the seconds it took."""
         ...
 
     def warm_compile_worker(self) -> None:

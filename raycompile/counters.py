@@ -102,6 +102,12 @@ COUNTERS: tuple[Counter, ...] = (
         metric=("raycompile_compile_seconds_total", {}, "Seconds compiling, summed over jobs, on the workers"),
     ),
     Counter(
+        "configs_spread",
+        "compile jobs",
+        "configs of max-autotune kernels sent to the node's compile workers beside their kernel's job, so a kernel's "
+        "configs compile at once",
+    ),
+    Counter(
         "local_hits",
         "cache",
         "lookups answered by the local tier (kernels, output modules, compiled frames, graphs)",

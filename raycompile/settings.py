@@ -81,6 +81,9 @@ class Settings:
     # drivers of one Ray cluster missing on one key wait for one compile (through the shared tier,
     # or with none this node's local tier)
     cluster_dedupe: bool = _in("jobs", True)
+    # a max-autotune pointwise or reduction kernel's configs compiled at once, each by one of the
+    # node's compile workers, where stock compiles them one after another in one (wrapper/spread.py)
+    spread_configs: bool = _in("jobs", True)
 
     # -- the cache --------------------------------------------------------------------------------
     cache_dir: str = _in("cache", "~/.cache/raycompile")  # the local tier

@@ -117,7 +117,7 @@ FILE_SECONDS = {
     "integration/test_single_flight.py": 77, "integration/test_observability.py": 73,
     "integration/test_token_auth.py": 70, "integration/test_models.py": 71,
     "integration/test_output_module.py": 50, "integration/test_graph_flights.py": 43,
-    "integration/test_farm.py": 38, "integration/test_multinode.py": 37, "integration/test_autotune_decisions.py": 37,
+    "integration/test_farm.py": 38, "integration/test_spread_configs.py": 25, "integration/test_multinode.py": 37, "integration/test_autotune_decisions.py": 37,
     "integration/test_isa_libraries.py": 34, "integration/test_bad_input.py": 30,
     "integration/test_coordesc_workers.py": 26, "unit/test_layers.py": 22,
 }

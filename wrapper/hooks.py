@@ -31,6 +31,7 @@ from ..observe.stats import Stats
 from . import compat
 from .job_keys import cpp_job_for, local_paths, to_entry, triton_job_for
 from .module_cache import ModuleFlights, make_backend
+from .spread import ConfigSpread
 
 log = logging.getLogger("raycompile.hooks")
 
@@ -102,9 +103,12 @@ class Router:
 
     def __init__(self, source: FarmSource | None, stats: Stats, stock_process_pool: Callable[[], Any],
                  stock_submit: Callable[[Callable[[], Any]], Any], cache: Cache | None = None,
-                 io: concurrent.futures.Executor | None = None, job_timeout_s: float = 600.0) -> None:
+                 io: concurrent.futures.Executor | None = None, job_timeout_s: float = 600.0,
+                 spread_configs: bool = True) -> None:
         self._source = source
         self.job_timeout_s = job_timeout_s
+        # a max-autotune kernel's configs compiled at once by several of the node's compile workers
+        self.spread = ConfigSpread(stats, spread_configs)
         self.cache = cache
         self.stats = stats
         self.versions = Versions.here()
@@ -217,6 +221,7 @@ class Router:
         """Stop taking requests; those in flight finish on their threads."""
         if self._own_io:
             self._io.shutdown(wait=False)
+        self.spread.close()
 
     # AsyncCompile.submit (C++ builds) ----------------------------------------------------------
 
@@ -292,7 +297,10 @@ class Router:
         self.stats.add(jobs_local=1)
         try:
             if isinstance(job, TritonJob):
-                started: Any = self._stock_process_pool().submit(run_job, job, compat.TOOLCHAIN)
+                pool = self._stock_process_pool()
+                job = self.spread.prepare(job)
+                started: Any = pool.submit(run_job, job, compat.TOOLCHAIN)
+                self.spread.send(job, pool)
             else:
                 started = self._stock_submit(functools.partial(run_job, job, compat.TOOLCHAIN))
         except RuntimeError as e:  # the pool is shut down (interpreter exit): Inductor's own path

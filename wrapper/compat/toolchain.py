@@ -16,9 +16,14 @@ class InductorToolchain:
     """Stateless: every method reaches the installed torch and triton through the adapter."""
 
     def compile_triton(self, kernel_name: str, source: str, extra_env: dict[str, str],
-                       extra_config: dict[str, Any]) -> tuple[bytes, dict[str, bytes]]:
-        kernel = triton.compile_for_target(kernel_name, source, extra_env, extra_config)
+                       extra_config: dict[str, Any], config_locks: str = "",
+                       key: str = "") -> tuple[bytes, dict[str, bytes]]:
+        kernel = triton.compile_for_target(kernel_name, source, extra_env, extra_config, config_locks, key)
         return pickle.dumps(kernel), triton.cache_group_blobs(kernel)
+
+    def compile_triton_config(self, kernel_name: str, source: str, index: int, extra_env: dict[str, str],
+                              extra_config: dict[str, Any], config_locks: str, key: str) -> float:
+        return triton.compile_config_at(kernel_name, source, index, extra_env, extra_config, config_locks, key)
 
     def warm_compile_worker(self) -> None:
         triton.warm_compile_worker()
