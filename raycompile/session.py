@@ -493,9 +493,16 @@ def stop(session: Session | None = None) -> None:
 
 def _close(session: Session) -> None:
     global _last
-    if not session._closed:
-        session._final_report = session.report()  # node names need the session's Ray: before closing
+    if session._closed:
+        _last = session
+        return
+    names = session.node_names()  # they need the session's Ray: asked before closing
     session.close()
+    # the summary as it ends: closing can add jobs (the backwards no backward ran, lowered so that
+    # the compiled frames are complete), which the trace written at close has too
+    from .observe.report import summary
+
+    session._final_report = summary(session.snapshot(), session.stats.job_records(), names)
     _last = session
 
 

@@ -109,6 +109,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 # seconds of each long test file in CI's run, serial, on the 2-CPU box (2026-11-27): the order CI's
 # two processes take files in (a file not here: 10 s for each slow test)
 FILE_SECONDS = {
+    "integration/test_spread_configs.py": 25,
     "integration/test_reliability.py": 155, "integration/test_frames_guards.py": 165,
     "integration/test_cluster_ops.py": 160, "integration/test_defaults.py": 90,
     "integration/test_tuning_turns.py": 121, "integration/test_warm_start.py": 107,
@@ -117,7 +118,7 @@ FILE_SECONDS = {
     "integration/test_single_flight.py": 77, "integration/test_observability.py": 73,
     "integration/test_token_auth.py": 70, "integration/test_models.py": 71,
     "integration/test_output_module.py": 50, "integration/test_graph_flights.py": 43,
-    "integration/test_farm.py": 38, "integration/test_spread_configs.py": 25, "integration/test_multinode.py": 37, "integration/test_autotune_decisions.py": 37,
+    "integration/test_farm.py": 38, "integration/test_multinode.py": 37, "integration/test_autotune_decisions.py": 37,
     "integration/test_isa_libraries.py": 34, "integration/test_bad_input.py": 30,
     "integration/test_coordesc_workers.py": 26, "unit/test_layers.py": 22,
 }
