@@ -72,8 +72,11 @@ def on_other_node(node: str, cache_dir: str, shared: str) -> tuple[dict[str, Any
     return ray.get(task.remote(cache_dir, shared, torch.get_num_threads()), timeout=600)
 
 
-# redis: extended (docs/testing.md); its tier is in test_reliability.py and tests/unit/test_cache_redis.py
-@pytest.fixture(params=["ray-head", "file", pytest.param("redis", marks=pytest.mark.extended)])
+# redis and file: extended (docs/testing.md). The Redis tier is in test_reliability.py and
+# tests/unit/test_cache_redis.py; a fresh process warm-starting from a file tier in
+# test_defaults.py, and from another node with the cluster's secret here with ray-head
+@pytest.fixture(params=["ray-head", pytest.param("file", marks=pytest.mark.extended),
+                        pytest.param("redis", marks=pytest.mark.extended)])
 def shared(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
     if request.param == "ray-head":
         return "auto"  # the default on a multi-node cluster: the head-node cache service
