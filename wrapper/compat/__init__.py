@@ -13,6 +13,7 @@ versions it was checked on (``CHECKED_ON``):
 - ``codegen``: the output module's wrapper codegen and futures;
 - ``autotuner``: a compiled kernel's configs and winners, user ``@triton.jit`` kernels;
 - ``coordesc``: coordinate descent's candidates compiled at once (in the compile workers);
+  ``configs``: a max-autotune kernel's configs compiled at once, by several compile workers;
 - ``autotune``: max-autotune's tuning pool, config benchmarks, the GPU actors' touch points;
 - ``tuning``: a kernel's first-run tuning taken in turns by the processes of a node;
 - ``graphs``: a graph's whole Inductor compile sent out of process (Inductor's out-of-process
@@ -39,6 +40,7 @@ from . import (
     autotune,
     autotuner,
     codegen,
+    configs,
     coordesc,
     cpp,
     devices,
@@ -84,6 +86,7 @@ from .codegen import (
     wrapper_codegen_for,
     wrapper_codegen_registered,
 )
+from .configs import config_count, spreads
 from .coordesc import coordesc_first_sweep, coordesc_prefetched
 from .cpp import builder_parts, cpp_compiler, cpp_job_parts, cpp_kernel_lines, defining_cpp_kernel
 from .dynamo import compiled_function, frames_stored, source_id
@@ -114,7 +117,6 @@ from .toolchain import TOOLCHAIN, InductorToolchain
 from .triton import (
     CUDA_ARCHES,
     compile_only_driver,
-    config_count,
     device_index,
     driver_triton_cache_dir,
     gpu_driver_check_disabled,
@@ -123,7 +125,6 @@ from .triton import (
     ptxas_version,
     retarget,
     retarget_device,
-    spreads,
     target_of,
     triton_extra_config,
     triton_job_args,
@@ -133,7 +134,8 @@ from .triton import (
 
 FAMILIES = {"entry": entry, "triton": triton, "cpp": cpp, "codegen": codegen, "autotuner": autotuner,
             "autotune": autotune, "dynamo": dynamo, "guards": guards, "precompile": precompile, "devices": devices,
-            "graphs": graphs, "autograd": autograd, "tuning": tuning, "isa": isa, "coordesc": coordesc}
+            "graphs": graphs, "autograd": autograd, "tuning": tuning, "isa": isa, "coordesc": coordesc,
+            "configs": configs}
 
 # name -> (module, attribute path), every family's
 SEAMS: Seams = {name: seam for family in FAMILIES.values() for name, seam in family.SEAMS.items()}

@@ -9,7 +9,7 @@ import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import autotune, autotuner, triton
+from . import autotune, autotuner, configs, triton
 
 
 class InductorToolchain:
@@ -23,7 +23,7 @@ class InductorToolchain:
 
     def compile_triton_config(self, kernel_name: str, source: str, index: int, extra_env: dict[str, str],
                               extra_config: dict[str, Any], config_locks: str, key: str) -> float:
-        return triton.compile_config_at(kernel_name, source, index, extra_env, extra_config, config_locks, key)
+        return configs.compile_config_at(kernel_name, source, index, extra_env, extra_config, config_locks, key)
 
     def warm_compile_worker(self) -> None:
         triton.warm_compile_worker()

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import os
 import re
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,8 +23,6 @@ from ...errors import UnknownArchError
 from ._base import Seams
 
 CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
-
-log = logging.getLogger("raycompile.compile")
 
 SEAMS: Seams = {
     "_load_triton_kernel_from_source": ("torch._inductor.codecache", "_load_triton_kernel_from_source"),
@@ -45,10 +41,6 @@ SEAMS: Seams = {
     "triton.backends.nvidia.driver.CudaDriver": ("triton.backends.nvidia.driver", "CudaDriver"),
     "triton.backends.compiler.GPUTarget": ("triton.backends.compiler", "GPUTarget"),
     "triton.backends.nvidia.compiler.get_ptxas_version": ("triton.backends.nvidia.compiler", "get_ptxas_version"),
-    # a kernel's configs compiled by several workers at once (``compile_config_at``; with
-    # CachingAutotuner._precompile_config, family "coordesc"): it compiles self.configs in order
-    "CachingAutotuner._precompile_worker": ("torch._inductor.runtime.triton_heuristics",
-                                            "CachingAutotuner._precompile_worker"),
 }
 
 # Compute capabilities Triton's bundled ptxas (CUDA 12.9) builds for.
@@ -248,117 +240,27 @@ def compile_for_target(kernel_name: str, source: str, extra_env: dict[str, str],
                        extra_config: dict[str, Any], config_locks: str = "", key: str = "") -> Any:
     """Compile every config of an Inductor Triton kernel module for the target its source
     records: on this GPU, or cross-compiled where this node has none. Returns the autotuner.
-    ``config_locks``: each config compiled under its lock there (``config_lock``), so a config
-    that another worker compiles at once (``compile_config_at``) is waited for and then found in
-    Triton's cache; the kernel's ``done`` mark is left there at the end, whatever happened."""
+    ``config_locks``: each config compiled under its lock there (``configs.config_lock``), so a
+    config that another worker compiles at once (``configs.compile_config_at``) is waited for and
+    then found in Triton's cache; the kernel's ``done`` mark is left there at the end, whatever
+    happened."""
     load = None
     if config_locks:
-        load = functools.partial(_with_config_locks, functools.partial(_load_kernel, kernel_name, source),
+        from .configs import with_config_locks
+
+        load = functools.partial(with_config_locks, functools.partial(_load_kernel, kernel_name, source),
                                  config_locks, key)
     try:
         with target_driver(source):
             kernel, _elapsed_us = worker_compile_triton(kernel_name, source, extra_env, extra_config, load)
     finally:
         if config_locks:
+            from .configs import done_mark
+
             with contextlib.suppress(OSError):
-                open(_done_mark(config_locks, key), "wb").close()
+                open(done_mark(config_locks, key), "wb").close()
     kernel.__dict__.pop("_precompile_config", None)  # the lock's wrapper, set on this instance only
     return kernel
-
-
-# -- a kernel's configs compiled by several workers at once (wrapper/spread.py) ---------------------
-
-CONFIG_LOCK_WAIT_S = 600.0  # the longest a worker waits for another's compile of one config
-_SPREAD_DECORATOR = re.compile(r"@triton_heuristics\.(?:pointwise|reduction|persistent_reduction)\(")
-_MAX_AUTOTUNE = re.compile(r"""['"]max_autotune(?:_pointwise)?['"]\s*:\s*True""")
-_DRIVER_LOCK = threading.Lock()  # target_driver swaps Triton's one active driver: one thread at a time
-
-
-def _load_kernel(kernel_name: str, source: str) -> Any:
-    from torch._inductor.codecache import _load_triton_kernel_from_source
-
-    return _load_triton_kernel_from_source(kernel_name, source)
-
-
-def _done_mark(config_locks: str, key: str) -> str:
-    return os.path.join(config_locks, f"{key}.done")
-
-
-def config_lock(config_locks: str, key: str, index: int) -> Any:
-    """The lock (a ``filelock.FileLock``) config ``index`` of kernel ``key`` is compiled under."""
-    import filelock
-
-    return filelock.FileLock(os.path.join(config_locks, f"{key}.{index}.lock"), timeout=CONFIG_LOCK_WAIT_S)
-
-
-def _with_config_locks(load: Callable[[], Any], config_locks: str, key: str) -> Any:
-    """``load()``'s kernel, each of whose configs its precompile compiles under ``config_lock``."""
-    import filelock
-
-    kernel = load()
-    stock = kernel._precompile_config
-    configs = list(kernel.configs)
-
-    def locked(cfg: Any, *args: Any, **kwargs: Any) -> Any:
-        index = next((i for i, c in enumerate(configs) if c is cfg), None)
-        if index is None:
-            return stock(cfg, *args, **kwargs)
-        lock = config_lock(config_locks, key, index)
-        try:
-            lock.acquire()
-        except (filelock.Timeout, OSError):  # another worker's compile of it hangs, or the locks are
-            return stock(cfg, *args, **kwargs)  # gone (the session ended): compiled here, as stock
-        try:
-            return stock(cfg, *args, **kwargs)
-        finally:
-            lock.release()
-
-    kernel._precompile_config = locked  # read by _precompile_worker as self._precompile_config(c)
-    return kernel
-
-
-def spreads(source: str) -> bool:
-    """Whether ``source`` is a kernel whose configs are worth compiling at once by several
-    workers: a pointwise or reduction kernel of a max-autotune compile (stock compiles its several
-    configs one after another in one worker; a default-mode kernel has one or two)."""
-    return bool(_SPREAD_DECORATOR.search(source) and _MAX_AUTOTUNE.search(source))
-
-
-def config_count(kernel_name: str, source: str) -> int:
-    """How many configs the kernel of ``source`` is compiled for: its module loaded here (its
-    heuristics choose them), nothing compiled; 1 where it does not load here."""
-    try:
-        with _DRIVER_LOCK, target_driver(source):
-            return len(_load_kernel(kernel_name, source).configs)
-    except Exception as e:  # noqa: BLE001 - its job compiles every config itself, as stock
-        log.debug("raycompile: %s: its configs not counted: %s", kernel_name, e)
-        return 1
-
-
-def compile_config_at(kernel_name: str, source: str, index: int, extra_env: dict[str, str],
-                      extra_config: dict[str, Any], config_locks: str, key: str) -> float:
-    """Config ``index`` of an Inductor Triton kernel compiled into this node's Triton cache, in a
-    compile worker, while the kernel's own job (``compile_for_target`` with ``config_locks``)
-    runs in another: under the config's lock, so neither compiles it twice (the later one finds
-    it in Triton's cache). Nothing where the job has finished already, or its locks are gone (the
-    session ended). Returns the seconds it took."""
-    import time
-
-    from torch._inductor import config
-
-    start = time.perf_counter()
-    done = _done_mark(config_locks, key)
-    if not os.path.isdir(config_locks) or os.path.exists(done):
-        return 0.0
-    _worker_env(extra_env)
-    with target_driver(source), config.patch(extra_config):
-        kernel = _load_kernel(kernel_name, source)
-        cfg = kernel.configs[index]
-        with config_lock(config_locks, key, index):
-            if os.path.exists(done):
-                return 0.0
-            kernel._precompile_config(cfg)
-    return time.perf_counter() - start
 
 
 def target_driver(source: str) -> contextlib.AbstractContextManager[None]:
@@ -390,6 +292,12 @@ def compile_config_for_target(kernel_name: str, source: str, cfg: Any, extra_env
     with target_driver(source), config.patch(extra_config):
         result = _load_triton_kernel_from_source(kernel_name, source)._precompile_config(cfg)
     return compiled_hash(result), time.perf_counter() - start
+
+
+def _load_kernel(kernel_name: str, source: str) -> Any:
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+
+    return _load_triton_kernel_from_source(kernel_name, source)
 
 
 def _worker_env(extra_env: dict[str, str]) -> None:
