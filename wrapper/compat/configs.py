@@ -8,6 +8,8 @@ and the kernel is the one its job alone makes. Checked on torch 2.11.0 and 2.13.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import re
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._base import Seams
-from .triton import _load_kernel, _worker_env, target_driver
+from .triton import _load_kernel, _worker_env, compile_for_target, target_driver
 
 CHECKED_ON = ("2.11.0", "2.13.0")
 
@@ -72,6 +74,21 @@ def with_config_locks(load: Callable[[], Any], config_locks: str, key: str) -> A
     return kernel
 
 
+def compile_with_config_locks(kernel_name: str, source: str, extra_env: dict[str, str],
+                              extra_config: dict[str, Any], config_locks: str, key: str) -> Any:
+    """``compile_for_target`` with each config compiled under its lock in ``config_locks``
+    (``config_lock``), so a config that another worker compiles at once (``compile_config_at``)
+    is waited for and then found in Triton's cache; the kernel's ``done`` mark is left there at the
+    end, whatever happened."""
+    load = functools.partial(with_config_locks, functools.partial(_load_kernel, kernel_name, source),
+                             config_locks, key)
+    try:
+        return compile_for_target(kernel_name, source, extra_env, extra_config, load)
+    finally:
+        with contextlib.suppress(OSError):
+            open(done_mark(config_locks, key), "wb").close()
+
+
 def spreads(source: str) -> bool:
     """Whether ``source`` is a kernel whose configs are worth compiling at once by several
     workers: a pointwise or reduction kernel of a max-autotune compile (stock compiles its several
@@ -93,7 +110,7 @@ def config_count(kernel_name: str, source: str) -> int:
 def compile_config_at(kernel_name: str, source: str, index: int, extra_env: dict[str, str],
                       extra_config: dict[str, Any], config_locks: str, key: str) -> float:
     """Config ``index`` of an Inductor Triton kernel compiled into this node's Triton cache, in a
-    compile worker, while the kernel's own job (``compile_for_target`` with ``config_locks``)
+    compile worker, while the kernel's own job (``compile_with_config_locks``)
     runs in another: under the config's lock, so neither compiles it twice (the later one finds
     it in Triton's cache). Nothing where the job has finished already, or its locks are gone (the
     session ended). Returns the seconds it took."""

@@ -18,7 +18,11 @@ class InductorToolchain:
     def compile_triton(self, kernel_name: str, source: str, extra_env: dict[str, str],
                        extra_config: dict[str, Any], config_locks: str = "",
                        key: str = "") -> tuple[bytes, dict[str, bytes]]:
-        kernel = triton.compile_for_target(kernel_name, source, extra_env, extra_config, config_locks, key)
+        if config_locks:
+            kernel = configs.compile_with_config_locks(kernel_name, source, extra_env, extra_config,
+                                                       config_locks, key)
+        else:
+            kernel = triton.compile_for_target(kernel_name, source, extra_env, extra_config)
         return pickle.dumps(kernel), triton.cache_group_blobs(kernel)
 
     def compile_triton_config(self, kernel_name: str, source: str, index: int, extra_env: dict[str, str],

@@ -237,29 +237,14 @@ def compile_only_driver(device_type: str, arch: int, warp_size: int) -> Iterator
 
 
 def compile_for_target(kernel_name: str, source: str, extra_env: dict[str, str],
-                       extra_config: dict[str, Any], config_locks: str = "", key: str = "") -> Any:
+                       extra_config: dict[str, Any], load: Callable[[], Any] | None = None) -> Any:
     """Compile every config of an Inductor Triton kernel module for the target its source
     records: on this GPU, or cross-compiled where this node has none. Returns the autotuner.
-    ``config_locks``: each config compiled under its lock there (``configs.config_lock``), so a
-    config that another worker compiles at once (``configs.compile_config_at``) is waited for and
-    then found in Triton's cache; the kernel's ``done`` mark is left there at the end, whatever
-    happened."""
-    load = None
-    if config_locks:
-        from .configs import with_config_locks
-
-        load = functools.partial(with_config_locks, functools.partial(_load_kernel, kernel_name, source),
-                                 config_locks, key)
-    try:
-        with target_driver(source):
-            kernel, _elapsed_us = worker_compile_triton(kernel_name, source, extra_env, extra_config, load)
-    finally:
-        if config_locks:
-            from .configs import done_mark
-
-            with contextlib.suppress(OSError):
-                open(done_mark(config_locks, key), "wb").close()
-    kernel.__dict__.pop("_precompile_config", None)  # the lock's wrapper, set on this instance only
+    ``load``: what makes the kernel before it compiles (default: Inductor's own load of
+    ``source``; ``configs.compile_with_config_locks`` passes one whose configs compile under locks)."""
+    with target_driver(source):
+        kernel, _elapsed_us = worker_compile_triton(kernel_name, source, extra_env, extra_config, load)
+    kernel.__dict__.pop("_precompile_config", None)  # a load's wrapper, set on this instance only
     return kernel
 
 
