@@ -19,6 +19,7 @@ None where there is no ``nvidia-smi``.
 from __future__ import annotations
 
 import collections
+import os
 import re
 import shutil
 import subprocess
@@ -74,6 +75,7 @@ class GPUBusy:
 
     def __init__(self, period_s: float = 0.2) -> None:
         self.seconds: dict[str, float] | None = None
+        self.cpu_s = 0.0  # what the nvidia-smi runs cost: the harness's, not the job's
         self._period = period_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -85,9 +87,9 @@ class GPUBusy:
     def _run(self) -> None:
         last = time.monotonic()
         while not self._stop.wait(self._period):
+            query = ["nvidia-smi", "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits"]
             try:
-                query = ["nvidia-smi", "--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits"]
-                out = subprocess.run(query, capture_output=True, text=True, timeout=10).stdout
+                out = self._query(query)
             except (OSError, subprocess.TimeoutExpired):
                 continue
             now = time.monotonic()
@@ -100,6 +102,24 @@ class GPUBusy:
                     continue
                 assert self.seconds is not None
                 self.seconds[index.strip()] = self.seconds.get(index.strip(), 0.0) + busy
+
+    def _query(self, query: list[str]) -> str:
+        """``query``'s output; its CPU-seconds added to ``cpu_s`` (reaped here with ``wait4``:
+        the harness's own sampling is not the job's CPU). Killed after 10 s."""
+        proc = subprocess.Popen(query, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        timer = threading.Timer(10.0, proc.kill)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            out = proc.stdout.read()
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        finally:
+            timer.cancel()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        self.cpu_s += usage.ru_utime + usage.ru_stime
+        return out
 
     def stop(self) -> dict[str, float] | None:
         self._stop.set()

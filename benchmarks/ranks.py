@@ -23,8 +23,10 @@ Reported per run: the slowest rank's first output (seconds from the common start
 running at ``--timeout`` is killed and the row says ">=" that bound), the graphs each rank traced
 (torch's own ``unique_graphs`` counter), who compiled and who waited, the job's CPU-seconds (the
 whole machine's busy CPU time over the run, from /proc/stat: the ranks, their compile workers and
-Ray alike; ``cpu_s_by_kind`` splits it by who spent it, from each process's /proc/PID/stat sampled
-every 0.2 s: the ranks, Inductor's compile workers, Ray's processes, other; ``compile_cpu_s`` is
+Ray alike, less the harness's own (``harness_cpu_s``: this script's samplers and its nvidia-smi
+runs, left out since stop 50); ``cpu_s_by_kind`` splits it by who spent it, from each process's
+/proc/PID/stat sampled every 0.2 s: the ranks, Inductor's compile workers, Ray's processes, other,
+and what no sample saw (short-lived processes: ptxas, compilers); ``compile_cpu_s`` is
 the job's CPU less each rank's own CPU up to its model's build, its imports and the build, which
 stock's ranks pay alike; the table's "goal s" is issue 31's bound for it, 1/N of stock's plus
 ``waiters_cpu_s``, the waiters' own CPU from their build to their first output), the GPUs' busy
@@ -121,13 +123,17 @@ def rank(model: str, case: str, mode: str | None) -> None:
         torch.cuda.synchronize()
     first_output = time.time()
     cpu_compile = time.process_time() - cpu_built
+    cpu_picks = time.process_time()
     from picks import picks  # next to this script
     from torch._dynamo.utils import counters
 
+    picked = picks()
+    cpu_picks = time.process_time() - cpu_picks  # the harness's reading of the output modules
     out: dict[str, Any] = {"first_output_epoch": first_output, "loss": float(loss.float()),
                            "graphs_traced": int(counters["stats"]["unique_graphs"]), "phases_epoch": phases,
-                           "picks": picks(), "cpu_s_phases": {"to built": round(cpu_built, 2),
-                                                              "built to first output": round(cpu_compile, 2)}}
+                           "picks": picked, "cpu_s_phases": {"to built": round(cpu_built, 2),
+                                                             "built to first output": round(cpu_compile, 2),
+                                                             "harness": round(cpu_picks, 2)}}
     if dist_autotune:
         out["stock_knobs"] = dist_autotune
     if case == "farm":
@@ -232,7 +238,7 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     gpu = GPUBusy()
-    cpu0, t0 = _busy_cpu_s(), time.time()
+    cpu0, t0, own0 = _busy_cpu_s(), time.time(), time.process_time()
     cmd = [sys.executable, __file__, "--rank", model, "--case", case] + (["--mode", mode] if mode else [])
 
     def command(i: int) -> list[str]:
@@ -283,9 +289,20 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
     gpu_s = gpu.stop()
     done.set()
     sampler.join()
+    # the harness's own CPU (this process: the samplers of /proc and nvidia-smi, and nvidia-smi's
+    # runs) is not the job's: left out of every figure, reported apart
+    harness = time.process_time() - own0 + gpu.cpu_s
+    cpu -= harness
+    seen.pop(os.getpid(), None)
+    harness += sum(r["cpu_s_phases"].get("harness", 0.0) for r in ranks)  # the ranks' reading of their picks
+    cpu -= sum(r["cpu_s_phases"].get("harness", 0.0) for r in ranks)
     by_kind: dict[str, float] = {}
     for kind, spent in seen.values():
         by_kind[kind] = round(by_kind.get(kind, 0.0) + max(spent, 0.0), 1)
+    if "ranks" in by_kind:
+        by_kind["ranks"] = round(by_kind["ranks"] - sum(r["cpu_s_phases"].get("harness", 0.0) for r in ranks), 1)
+    # what no sample saw: processes that lived less than a sampling period (ptxas, compilers)
+    by_kind["short-lived"] = round(max(cpu - sum(by_kind.values()), 0.0), 1)
     slowest = timeout if timed_out else max(r["first_output_s"] for r in ranks)
     first = ranks[0]["picks"] if ranks else {}
     # the job's CPU less each rank's imports and model build (what stock's ranks pay alike)
@@ -295,6 +312,7 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
                 if "owner" not in (r.get("roles") or {}).values())
     return {"ranks": ranks, "slowest_s": slowest, "timed_out": timed_out, "cpu_s": cpu, "cpu_s_by_kind": by_kind,
             "compile_cpu_s": round(compile_cpu, 1), "waiters_cpu_s": round(loads, 1),
+            "harness_cpu_s": round(harness, 1),
             "gpu_busy_s": gpu_s, "peak_memory_gib": peak[0] / 2**30,
             "graphs_traced": [r["graphs_traced"] for r in ranks], "losses": sorted({r["loss"] for r in ranks}),
             "picks_rank0": first, "picks_differ_from_rank0": [differ(first, r["picks"]) for r in ranks]}

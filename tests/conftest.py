@@ -114,7 +114,7 @@ FILE_SECONDS = {
     "integration/test_cluster_ops.py": 160, "integration/test_defaults.py": 90,
     "integration/test_tuning_turns.py": 121, "integration/test_warm_start.py": 107,
     "integration/test_graph_compiles.py": 89, "integration/test_gpu_pool.py": 87,
-    "integration/test_cli.py": 86, "integration/test_frames.py": 83, "integration/test_frames_backward.py": 78,
+    "integration/test_cli.py": 40, "integration/test_frames.py": 83, "integration/test_frames_backward.py": 78,
     "integration/test_single_flight.py": 77, "integration/test_observability.py": 73,
     "integration/test_token_auth.py": 70, "integration/test_models.py": 71,
     "integration/test_output_module.py": 50, "integration/test_graph_flights.py": 43,
