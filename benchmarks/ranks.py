@@ -28,7 +28,9 @@ runs, left out since stop 50); ``cpu_s_by_kind`` splits it by who spent it, from
 /proc/PID/stat sampled every 0.2 s: the ranks, Inductor's compile workers, Ray's processes, other,
 and what no sample saw (short-lived processes: ptxas, compilers); ``compile_cpu_s`` is
 the job's CPU less each rank's own CPU up to its model's build, its imports and the build, which
-stock's ranks pay alike; the table's "goal s" is issue 31's bound for it, 1/N of stock's plus
+stock's ranks pay alike; the table's "alone s" is one stock rank's compile CPU alone (a run of
+``--ranks 1`` in the same invocation) plus ``waiters_cpu_s``: one compile and the loads; "goal s"
+is issue 31's bound for it, 1/N of stock's plus
 ``waiters_cpu_s``, the waiters' own CPU from their build to their first output), the GPUs' busy
 seconds (``nvidia-smi``'s utilization integrated over the run: candidates timed anywhere, and the
 steps), its peak host memory (the machine's used memory above what it was before the run,
@@ -395,17 +397,26 @@ def main() -> int:
                     print(f"    rank {i}: {r.get('roles') or ''} {extra or ''} phases {r['phases_s']} first output "
                           f"{r['first_output_s']:.2f}, CPU {r['cpu_s_phases']}", flush=True)
     print(f"\n{'model':<8}{'ranks':>6}{'case':>11}{'slowest s':>11}{'x stock':>9}{'CPU s':>9}{'x stock':>9}"
-          f"{'compile CPU s':>15}{'x stock':>9}{'goal s':>8}"
+          f"{'compile CPU s':>15}{'x stock':>9}{'goal s':>8}{'alone s':>9}"
           f"{'GPU busy s':>12}{'peak GiB':>10}{'graphs/rank':>16}  loss = stock's  picks agree")
+    # one stock rank's compile CPU alone (where --ranks has 1): N stock ranks of one node share its
+    # Inductor and Triton caches, so 1/N of their job is less than one rank alone pays
+    alone = {(model, name): job["compile_cpu_s"] for model, n, name, job, _ in rows if n == 1}
     for model, n, name, job, stock in rows:
         same = job["losses"] == stock["losses"] and len(job["losses"]) == 1
         ge = ">=" if job["timed_out"] else ""
+        # the bounds are the farm's (one compile, the rest loads): "-" on stock's own rows
+        ours = not name.startswith("stock")
+        goal = f"{stock['compile_cpu_s'] / n + job['waiters_cpu_s']:.1f}" if ours else "-"
+        bound = f"{alone[model, 'stock'] + job['waiters_cpu_s']:.1f}" if ours and (model, "stock") in alone else "-"
         busy = "-" if job["gpu_busy_s"] is None else f"{sum(job['gpu_busy_s'].values()):.1f}"
         agree = not any(job["picks_differ_from_rank0"]) and not job["timed_out"]
         print(f"{model:<8}{n:>6}{name:>11}{ge + format(job['slowest_s'], '.2f'):>11}"
               f"{job['slowest_s'] / stock['slowest_s']:>9.2f}{job['cpu_s']:>9.1f}{job['cpu_s'] / stock['cpu_s']:>9.2f}"
               f"{job['compile_cpu_s']:>15.1f}{job['compile_cpu_s'] / stock['compile_cpu_s']:>9.2f}"
-              f"{stock['compile_cpu_s'] / n + job['waiters_cpu_s']:>8.1f}{busy:>12}{job['peak_memory_gib']:>10.2f}"
+              f"{goal:>8}"
+              f"{bound:>9}"
+              f"{busy:>12}{job['peak_memory_gib']:>10.2f}"
               f"{str(job['graphs_traced']):>16}  {str(same):<14} {agree}")
     print(f"wrote {path}")
     return 0
