@@ -293,16 +293,15 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
     sampler.join()
     # the harness's own CPU (this process: the samplers of /proc and nvidia-smi, and nvidia-smi's
     # runs) is not the job's: left out of every figure, reported apart
-    harness = time.process_time() - own0 + gpu.cpu_s
+    in_ranks = sum(r["cpu_s_phases"].get("harness", 0.0) for r in ranks)  # the ranks' reading of their picks
+    harness = time.process_time() - own0 + gpu.cpu_s + in_ranks
     cpu -= harness
     seen.pop(os.getpid(), None)
-    harness += sum(r["cpu_s_phases"].get("harness", 0.0) for r in ranks)  # the ranks' reading of their picks
-    cpu -= sum(r["cpu_s_phases"].get("harness", 0.0) for r in ranks)
     by_kind: dict[str, float] = {}
     for kind, spent in seen.values():
         by_kind[kind] = round(by_kind.get(kind, 0.0) + max(spent, 0.0), 1)
     if "ranks" in by_kind:
-        by_kind["ranks"] = round(by_kind["ranks"] - sum(r["cpu_s_phases"].get("harness", 0.0) for r in ranks), 1)
+        by_kind["ranks"] = round(by_kind["ranks"] - in_ranks, 1)
     # what no sample saw: processes that lived less than a sampling period (ptxas, compilers)
     by_kind["short-lived"] = round(max(cpu - sum(by_kind.values()), 0.0), 1)
     slowest = timeout if timed_out else max(r["first_output_s"] for r in ranks)

@@ -83,7 +83,9 @@ def compile_with_config_locks(kernel_name: str, source: str, extra_env: dict[str
     load = functools.partial(with_config_locks, functools.partial(_load_kernel, kernel_name, source),
                              config_locks, key)
     try:
-        return compile_for_target(kernel_name, source, extra_env, extra_config, load)
+        kernel = compile_for_target(kernel_name, source, extra_env, extra_config, load)
+        kernel.__dict__.pop("_precompile_config", None)  # the lock's wrapper, set on this instance only
+        return kernel
     finally:
         with contextlib.suppress(OSError):
             open(done_mark(config_locks, key), "wb").close()

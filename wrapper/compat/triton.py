@@ -244,7 +244,6 @@ def compile_for_target(kernel_name: str, source: str, extra_env: dict[str, str],
     ``source``; ``configs.compile_with_config_locks`` passes one whose configs compile under locks)."""
     with target_driver(source):
         kernel, _elapsed_us = worker_compile_triton(kernel_name, source, extra_env, extra_config, load)
-    kernel.__dict__.pop("_precompile_config", None)  # a load's wrapper, set on this instance only
     return kernel
 
 
