@@ -111,7 +111,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 FILE_SECONDS = {
     "integration/test_spread_configs.py": 25,
     "integration/test_reliability.py": 155, "integration/test_frames_guards.py": 165,
-    "integration/test_cluster_ops.py": 160, "integration/test_defaults.py": 90,
+    "integration/test_cluster_ops.py": 160, "integration/test_defaults.py": 75,
     "integration/test_tuning_turns.py": 121, "integration/test_warm_start.py": 107,
     "integration/test_graph_compiles.py": 89, "integration/test_gpu_pool.py": 87,
     "integration/test_cli.py": 40, "integration/test_frames.py": 83, "integration/test_frames_backward.py": 78,
