@@ -106,21 +106,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-# seconds of each long test file in CI's run, serial, on the 2-CPU box (2026-11-27): the order CI's
-# two processes take files in (a file not here: 10 s for each slow test)
+# seconds of each long test file in CI's run (two processes, so each beside another file) on the
+# 2-CPU box, 2026-11-27, stop 51: the order CI's two processes take files in (a file not here: 10 s
+# for each slow test)
 FILE_SECONDS = {
-    "integration/test_spread_configs.py": 25,
-    "integration/test_reliability.py": 155, "integration/test_frames_guards.py": 165,
-    "integration/test_cluster_ops.py": 160, "integration/test_defaults.py": 75,
-    "integration/test_tuning_turns.py": 121, "integration/test_warm_start.py": 107,
-    "integration/test_graph_compiles.py": 89, "integration/test_gpu_pool.py": 87,
-    "integration/test_cli.py": 40, "integration/test_frames.py": 83, "integration/test_frames_backward.py": 78,
-    "integration/test_single_flight.py": 77, "integration/test_observability.py": 73,
-    "integration/test_token_auth.py": 70, "integration/test_models.py": 71,
-    "integration/test_output_module.py": 50, "integration/test_graph_flights.py": 43,
-    "integration/test_farm.py": 38, "integration/test_multinode.py": 37, "integration/test_autotune_decisions.py": 37,
-    "integration/test_isa_libraries.py": 34, "integration/test_bad_input.py": 30,
-    "integration/test_coordesc_workers.py": 26, "unit/test_layers.py": 22,
+    "integration/test_frames_guards.py": 255, "integration/test_defaults.py": 238,
+    "integration/test_cluster_ops.py": 218, "integration/test_token_auth.py": 200,
+    "integration/test_warm_start.py": 185, "integration/test_reliability.py": 185,
+    "integration/test_gpu_pool.py": 137, "integration/test_tuning_turns.py": 134,
+    "integration/test_graph_compiles.py": 117, "integration/test_observability.py": 114,
+    "integration/test_frames.py": 114, "integration/test_frames_backward.py": 87,
+    "integration/test_models.py": 84, "integration/test_output_module.py": 80, "integration/test_farm.py": 80,
+    "integration/test_single_flight.py": 74, "integration/test_cli.py": 65,
+    "integration/test_multinode.py": 56, "integration/test_graph_flights.py": 50,
+    "integration/test_metrics.py": 46, "integration/test_isa_libraries.py": 37,
+    "integration/test_coordesc_workers.py": 31, "integration/test_orchestrator_errors.py": 20,
+    "integration/test_autotune_decisions.py": 19, "integration/test_bad_input.py": 18,
+    "unit/test_frames_key.py": 17, "integration/test_explain.py": 15, "integration/test_spread_configs.py": 14,
+    "unit/test_layers.py": 12,
 }
 
 

@@ -109,6 +109,10 @@ class FrameCache:
         self.publish_delay_s = publish_delay_s
         self._known: dict[str, _Known] = {}  # torch's source id -> ours
         self._lock = threading.Lock()
+        # one publish at a time: the timer's may still be running when close() publishes (a
+        # cancelled timer's callback that began goes on), and two would each find the same package
+        # unwritten and write it twice, as two generations
+        self._publishing = threading.Lock()
         self._timer: threading.Timer | None = None
         # the call that traced the last frame: (its thread's id, its outermost torch.compile frame, when)
         self._call: tuple[int, Any, float] | None = None
@@ -440,6 +444,10 @@ class FrameCache:
     def publish(self, final: bool = False) -> int:
         """Write every keyed function whose complete package has frames its last entry lacks;
         returns how many. ``final``: also count the packages left incomplete."""
+        with self._publishing:
+            return self._publish(final)
+
+    def _publish(self, final: bool) -> int:
         try:
             ready, incomplete = compat.precompile.recorded()
             with self._lock:

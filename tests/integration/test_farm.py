@@ -82,6 +82,7 @@ def test_a_worker_killed_mid_job_is_retried_then_reported_as_infrastructure(
         assert isinstance(ok, Built)  # the farm goes on
 
 
+@pytest.mark.extended  # left out of CI's run (docs/testing.md): a Redis tier gone is test_reliability.py's
 def test_an_unreachable_redis_tier_compiles_and_counts(local_ray: None, caplog: pytest.LogCaptureFixture) -> None:
     model, args = examples()["reduction_tail"]
     out, s = compile_on_farm(model, args, shared_cache="redis://127.0.0.1:1/0")

@@ -64,6 +64,7 @@ def assert_intact(*roots: str | os.PathLike[str]) -> int:
     return total
 
 
+@pytest.mark.extended  # left out of CI's run (docs/testing.md): the node removed mid-run kills a worker mid-job
 def test_a_worker_killed_mid_compile_is_retried_and_the_result_is_right(
         cluster: Any, model_and_stock: Any, tmp_path: pathlib.Path) -> None:
     model, args, stock = model_and_stock
@@ -163,7 +164,8 @@ def _mount(*argv: str) -> bool:
     return subprocess.run(["mount", *argv], capture_output=True, check=False).returncode == 0
 
 
-@pytest.fixture(params=["read-only", "full"])
+# read-only: extended (docs/testing.md); a full filesystem takes the same path in CI's run
+@pytest.fixture(params=[pytest.param("read-only", marks=pytest.mark.extended), "full"])
 def bad_shared_dir(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
     """A shared directory that refuses writes: read-only, or a filesystem with no space left."""
     d = tmp_path / "shared"

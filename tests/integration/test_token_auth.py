@@ -126,11 +126,15 @@ TOKEN_WAYS = ("no address", "auto", "host:port", "ray://")
 
 
 @pytest.fixture(scope="module")
-def token_joins(authenticated: Machine, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Callable[[], Joined]]:
-    """Each way of joining the token cluster (each test reads its own): all at once but Ray Client,
-    which is joined when its test comes, last, after the others are done (its proxier starts a
-    server process per client: not beside six processes importing torch on 2 CPUs)."""
+def token_joins(authenticated: Machine, tmp_path_factory: pytest.TempPathFactory,
+                request: pytest.FixtureRequest) -> dict[str, Callable[[], Joined]]:
+    """Each way of joining the token cluster that this run tests (each test reads its own): all
+    at once but Ray Client, which is joined when its test comes, last, after the others are done
+    (its proxier starts a server process per client: not beside six processes importing torch on
+    2 CPUs)."""
     m, tmp = authenticated, tmp_path_factory.mktemp("token-joins")
+    tested = {item.callspec.params["how"] for item in request.session.items
+              if getattr(item, "originalname", "") == "test_a_token_cluster_is_joined_as_ray_init_joins_it"}
     address = {"no address": "", "auto": "auto", "host:port": m.head.address, "ray://": m.head.client}
 
     def later(how: str, i: int) -> Callable[[], Joined]:
@@ -144,7 +148,7 @@ def token_joins(authenticated: Machine, tmp_path_factory: pytest.TempPathFactory
 
     return {how: later(how, i) if how == "ray://" else
             m.joins(address[how], tmp / str(i), m.head.driver_env if how == "host:port" else {})
-            for i, how in enumerate(TOKEN_WAYS)}
+            for i, how in enumerate(TOKEN_WAYS) if how in tested}
 
 
 def client_logs(m: Machine) -> str:
@@ -154,7 +158,10 @@ def client_logs(m: Machine) -> str:
                      for p in sorted(logs.glob("ray_client_server*")) if p.stat().st_size)
 
 
-@pytest.mark.parametrize("how", TOKEN_WAYS)
+# "auto": extended (docs/testing.md): Ray resolves it as it resolves no address, from the
+# cluster file of this machine
+@pytest.mark.parametrize("how", [pytest.param(how, marks=pytest.mark.extended) if how == "auto" else how
+                                 for how in TOKEN_WAYS])
 def test_a_token_cluster_is_joined_as_ray_init_joins_it(authenticated: Machine, token_joins: dict, how: str) -> None:
     """No address and ``auto`` with Ray's defaults; ``host:port`` and Ray Client (``ray://``) with
     RAY_AUTH_MODE=token, as Ray asks for an explicit address. `status` answers, and a compile's

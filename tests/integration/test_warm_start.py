@@ -44,13 +44,14 @@ def compile_model(cache_dir: str, shared: str, threads: int = 0) -> tuple[dict[s
         # count, so match the driver's, as another node with the same hardware would.
         torch.set_num_threads(threads)
     model, args = examples()["reduction_tail"]
-    # Inductor's caches empty until disable(), which lowers the backward this forward did not run
-    # (wrapper/frames.py): its kernels are built by the farm and shared too
+    # an inference step (no_grad): no backward to lower at disable() (lazy backwards and their
+    # warm starts are test_frames_backward.py's), so the two nodes' compiles cost half
     with compat.fresh_cache():
         raycompile.enable(address="auto", cache_dir=cache_dir, shared_cache=shared)
         try:
             torch._dynamo.reset()
-            out = torch.compile(model)(*args)
+            with torch.no_grad():
+                out = torch.compile(model)(*args)
             return raycompile.stats(), out
         finally:
             raycompile.disable()
