@@ -69,6 +69,8 @@ SAVED_BACKENDS = frozenset({"inductor", "raycompile"})
 PUBLISH_DELAY_S = 5.0
 # ... and once the call that traced the last frame returned, or this long after that frame
 CALL_WAIT_S = 300.0
+# a publish waits this long for one already running (the timer's, lowering backwards ahead, say)
+PUBLISH_WAIT_S = 900.0
 BLOB = "entry"
 _DESCRIBE_DEPTH = 3  # how deep non-module attributes (configs) are described
 _DESCRIBE_ITEMS = 64  # items of a container described, beyond which its length stands in
@@ -444,8 +446,14 @@ class FrameCache:
     def publish(self, final: bool = False) -> int:
         """Write every keyed function whose complete package has frames its last entry lacks;
         returns how many. ``final``: also count the packages left incomplete."""
-        with self._publishing:
+        if not self._publishing.acquire(timeout=PUBLISH_WAIT_S):
+            log.warning("raycompile: a write of compiled frames still runs after %.0f s; this one is skipped, "
+                        "and what it would have written is traced again by the next process", PUBLISH_WAIT_S)
+            return 0
+        try:
             return self._publish(final)
+        finally:
+            self._publishing.release()
 
     def _publish(self, final: bool) -> int:
         try:

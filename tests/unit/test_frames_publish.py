@@ -1,7 +1,8 @@
 """Two publishes of compiled frames at once (``FrameCache.publish``): the publish timer's, already
 running when ``disable()`` cancels it, and ``close()``'s own. Each found the same package unwritten
 and wrote it, so one function's frames went out as two generations (``dynamo_published`` 2 where
-the lazy-backward test expects 1, seen under load in CI's run).
+the lazy-backward test expects 1, seen under load in CI's run). Now one waits for the other, for
+at most ``PUBLISH_WAIT_S``.
 
 Dynamo's ``save_to_dynamo_cache`` is replaced by a stand-in (named ``SlowSave``) that holds the first
 save open until the second publish has started, and then marks the package written as
@@ -58,3 +59,31 @@ def test_a_publish_that_starts_while_another_writes_does_not_write_the_same_fram
 
     assert save.calls == [{"step"}], save.calls
     assert sorted(written) == [0, 1]
+
+
+def test_a_publish_gives_up_waiting_for_one_that_does_not_end(monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """Nothing waits forever: a publish that finds another running past ``PUBLISH_WAIT_S`` returns
+    without writing, and says so."""
+    from raycompile.wrapper import frames as frames_module
+
+    frames = FrameCache(None, Stats(), lambda: None, OUTPUT_MODULE_TAG)  # type: ignore[arg-type]
+    frames._known["step"] = _Known(base="base", next_generation=0, label="step", traced=1)
+    save = SlowSave(frames)
+    monkeypatch.setattr(compat.precompile, "recorded", lambda: ({"step": 1}, set()))
+    monkeypatch.setattr(compat.precompile, "save", save)
+    monkeypatch.setattr(frames_module, "PUBLISH_WAIT_S", 0.2)
+
+    timer = threading.Thread(target=frames.publish)
+    timer.start()
+    deadline = time.monotonic() + 10
+    while not save.calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert save.calls, "the first publish never reached its save"
+    started = time.monotonic()
+    assert frames.publish(final=True) == 0
+    assert time.monotonic() - started < 5
+    assert "a write of compiled frames still runs" in caplog.text
+    save.go.set()
+    timer.join(10)
+    assert save.calls == [{"step"}]
