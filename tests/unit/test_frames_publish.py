@@ -35,21 +35,27 @@ class SlowSave:
             self.frames._known[sid].written_frames = 1
 
 
-def test_a_publish_that_starts_while_another_writes_does_not_write_the_same_frames_again(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def publishing(monkeypatch: pytest.MonkeyPatch, written: list[int]) -> tuple[FrameCache, SlowSave, threading.Thread]:
+    """A frame cache with one unwritten package, and the timer's publish of it started and held
+    inside its save (``SlowSave``) until the test lets it go."""
     frames = FrameCache(None, Stats(), lambda: None, OUTPUT_MODULE_TAG)  # type: ignore[arg-type]
     frames._known["step"] = _Known(base="base", next_generation=0, label="step", traced=1)
     save = SlowSave(frames)
     monkeypatch.setattr(compat.precompile, "recorded", lambda: ({"step": 1}, set()))
     monkeypatch.setattr(compat.precompile, "save", save)
-
-    written: list[int] = []
     timer = threading.Thread(target=lambda: written.append(frames.publish()))  # the timer's publish
     timer.start()
     deadline = time.monotonic() + 10
     while not save.calls and time.monotonic() < deadline:
         time.sleep(0.01)
     assert save.calls, "the first publish never reached its save"
+    return frames, save, timer
+
+
+def test_a_publish_that_starts_while_another_writes_does_not_write_the_same_frames_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    written: list[int] = []
+    frames, save, timer = publishing(monkeypatch, written)
     closing = threading.Thread(target=lambda: written.append(frames.publish(final=True)))  # close()'s
     closing.start()
     time.sleep(0.3)  # without one publish at a time, the second finds the package unwritten here
@@ -67,19 +73,8 @@ def test_a_publish_gives_up_waiting_for_one_that_does_not_end(monkeypatch: pytes
     without writing, and says so."""
     from raycompile.wrapper import frames as frames_module
 
-    frames = FrameCache(None, Stats(), lambda: None, OUTPUT_MODULE_TAG)  # type: ignore[arg-type]
-    frames._known["step"] = _Known(base="base", next_generation=0, label="step", traced=1)
-    save = SlowSave(frames)
-    monkeypatch.setattr(compat.precompile, "recorded", lambda: ({"step": 1}, set()))
-    monkeypatch.setattr(compat.precompile, "save", save)
     monkeypatch.setattr(frames_module, "PUBLISH_WAIT_S", 0.2)
-
-    timer = threading.Thread(target=frames.publish)
-    timer.start()
-    deadline = time.monotonic() + 10
-    while not save.calls and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert save.calls, "the first publish never reached its save"
+    frames, save, timer = publishing(monkeypatch, [])
     started = time.monotonic()
     assert frames.publish(final=True) == 0
     assert time.monotonic() - started < 5
