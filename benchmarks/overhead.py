@@ -1,12 +1,14 @@
 """What turning raycompile on costs, and what a warm node gets, against stock PyTorch in the same run.
 
-    python benchmarks/overhead.py [--models gpt2 mixtral bert] [--cases ...] [--rounds N] [--bytecode-cache]
+    python benchmarks/overhead.py [--models gpt2 gpt2-breaks mixtral llama bert] [--cases ...] [--rounds N]
+        [--bytecode-cache]
         [--sample PY_SPY] [--warm-index N] [--label NAME]
 
 A training step (forward, loss, backward) of models built from transformers configs (random
-weights; bf16 on a GPU, fp32 small on a CPU). Each case is a NEW process; the parent times it from
-its start (``Popen``) to its first output, and the child reports its imports (torch, transformers),
-the model's build, ``raycompile.enable()`` and the first call apart:
+weights; bf16 on a GPU, fp32 small on a CPU; ``gpt2-breaks``: 8 GPT-2 blocks, a graph break after
+each, so Inductor's FX-graph cache serves the later blocks' graphs). Each case is a NEW process;
+the parent times it from its start (``Popen``) to its first output, and the child reports its
+imports (torch, transformers), the model's build, ``raycompile.enable()`` and the first call apart:
 
 - stock cold: empty Inductor/Triton caches; it also saves a Mega-Cache
   (``torch.compiler.save_cache_artifacts``);
@@ -76,12 +78,17 @@ def build(model: str, device: str, layers: int | None = None) -> tuple[Any, tupl
     gpu = device == "cuda"
     dtype = torch.bfloat16 if gpu else torch.float32
     batch, seq = (4, 512) if gpu else (2, 64)
-    if model == "gpt2":
+    if model in ("gpt2", "gpt2-breaks"):
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        cfg = GPT2Config(n_layer=4, n_embd=768 if gpu else 128, n_head=12 if gpu else 4, vocab_size=8192,
-                         n_positions=1024)
+        # gpt2-breaks: 8 blocks, each ending in a graph break (a forward hook, as a logging or
+        # checking hook makes one), so its blocks' graphs equal each other's
+        cfg = GPT2Config(n_layer=4 if model == "gpt2" else 8, n_embd=768 if gpu else 128, n_head=12 if gpu else 4,
+                         vocab_size=8192, n_positions=1024)
         m = GPT2LMHeadModel(cfg)
+        if model == "gpt2-breaks":
+            for block in m.transformer.h:
+                block.register_forward_hook(lambda *_: torch._dynamo.graph_break())
     elif model == "mixtral":
         from transformers import MixtralConfig, MixtralForCausalLM
 
@@ -105,7 +112,7 @@ def build(model: str, device: str, layers: int | None = None) -> tuple[Any, tupl
                          intermediate_size=3072 if gpu else 512, vocab_size=8192)
         m = BertForMaskedLM(cfg)
     else:
-        raise SystemExit(f"unknown model {model!r}: gpt2, mixtral, llama or bert")
+        raise SystemExit(f"unknown model {model!r}: gpt2, gpt2-breaks, mixtral, llama or bert")
     m = m.to(device=device, dtype=dtype).train()
     ids = torch.randint(0, 8192, (batch, seq), device=device)
 
@@ -122,6 +129,13 @@ def _graphs_traced() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+def _fx_graph_hits() -> int:
+    """Graphs Inductor's FX-graph cache served in this process (torch's own counter)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fxgraph_cache_hit"])
 
 
 def child(case: str, model: str, device: str, megacache: str) -> None:
@@ -201,7 +215,7 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
         "frames_published": stats.get("dynamo_published"), "frames_unsaveable": stats.get("dynamo_unsaveable"),
         "frames_stats": {k: v for k, v in stats.items() if k.startswith("dynamo_")},
         "ray_begun": (stats.get("ray_start_seconds") or {}).get("begun"),
-        "graphs_traced": _graphs_traced(),
+        "graphs_traced": _graphs_traced(), "fx_graph_hits": _fx_graph_hits(),
         "stats": stats, "report": report,
     }), flush=True)
 
@@ -316,7 +330,8 @@ def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray
                   f"enable {r['enable_s']:.2f}, load {r['load_s']:.2f}, build {r['build_s']:.2f}, "
                   f"first call {r['call_s']:.2f}, of which torch.compile {r['torch_compile_s']:.2f})  jobs {_jobs(r)}  "
                   f"fallbacks {r['fallbacks']}  shared hits {r['shared_hits']}  frames loaded {r['frames_loaded']} "
-                  f"traced {r['frames_traced']}  graphs traced {r['graphs_traced']}  Ray begun "
+                  f"traced {r['frames_traced']}  graphs traced {r['graphs_traced']}  FX-graph cache hits "
+                  f"{r.get('fx_graph_hits')}  Ray begun "
                   f"{r['ray_begun']}  loss {r['loss']:.6f}", flush=True)
     return out
 

@@ -188,9 +188,9 @@ def _scheme_class() -> type:
             except Exception as e:  # noqa: BLE001 - Ray unreachable, no slot: compiled here, counted
                 self.route.failed(e)
                 return here()
-            import torch._functorch.config as functorch_config
+            from .dynamo import bundling
 
-            if backward and not functorch_config.bundled_autograd_cache:
+            if backward and not bundling():
                 return PendingGraph(future, load, here, self.route)
             started = time.perf_counter()
             try:
