@@ -110,7 +110,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 # 2-CPU box, 2026-11-27, stop 51: the order CI's two processes take files in (a file not here: 10 s
 # for each slow test)
 FILE_SECONDS = {
-    "integration/test_frames_guards.py": 255, "integration/test_defaults.py": 238,
+    "integration/test_frames_guards.py": 255, "integration/test_defaults.py": 170,
     "integration/test_cluster_ops.py": 218, "integration/test_token_auth.py": 200,
     "integration/test_warm_start.py": 185, "integration/test_reliability.py": 185,
     "integration/test_gpu_pool.py": 137, "integration/test_tuning_turns.py": 134,
@@ -119,7 +119,8 @@ FILE_SECONDS = {
     "integration/test_models.py": 84, "integration/test_output_module.py": 80, "integration/test_farm.py": 80,
     "integration/test_single_flight.py": 74, "integration/test_cli.py": 65,
     "integration/test_multinode.py": 56, "integration/test_graph_flights.py": 50,
-    "integration/test_metrics.py": 46, "integration/test_frames_fx_cache.py": 41, "integration/test_isa_libraries.py": 37,
+    "integration/test_metrics.py": 46, "integration/test_frames_fx_cache.py": 41,
+    "integration/test_isa_libraries.py": 37,
     "integration/test_coordesc_workers.py": 31, "integration/test_orchestrator_errors.py": 20,
     "integration/test_autotune_decisions.py": 19, "integration/test_bad_input.py": 18,
     "unit/test_frames_key.py": 17, "integration/test_explain.py": 15, "integration/test_spread_configs.py": 14,

@@ -8,8 +8,8 @@ has it (``fx_cache_kept``). Real ``torch.compile``, real Inductor (CPU), one dri
 - cold: stock's step, then the farm's in the same process: the farm's second block is served from
   the FX-graph cache as often as stock's (forward and backward), with bitwise the same output and
   gradients, and the frames' entry is still written;
-- warm: a new process with an empty Inductor cache dir loads that entry and traces nothing, with
-  bitwise the same output and gradients.
+- warm: a new process with empty cache dirs of its own loads that entry (no secret set: both sign
+  with this user's key) and traces nothing, with bitwise the same output and gradients.
 """
 
 from __future__ import annotations
@@ -48,5 +48,7 @@ def test_equal_graphs_are_served_from_the_fx_graph_cache_with_compiled_frames_on
 
     warm = run(shared, tmp_path / "warm", "warm")
     w = warm["stats"]
+    # no secret set: both processes sign and check with this user's key (not under their cache dirs)
+    assert w["refused"] == 0 and w["dynamo_hits"] >= 1, w
     assert w["dynamo_frames_traced"] == 0 and w["dynamo_frames_loaded"] == s["dynamo_frames_traced"], w
     assert same(warm["farm"], stock)
