@@ -119,7 +119,7 @@ FILE_SECONDS = {
     "integration/test_models.py": 84, "integration/test_output_module.py": 80, "integration/test_farm.py": 80,
     "integration/test_single_flight.py": 74, "integration/test_cli.py": 65,
     "integration/test_multinode.py": 56, "integration/test_graph_flights.py": 50,
-    "integration/test_metrics.py": 46, "integration/test_frames_fx_cache.py": 41,
+    "integration/test_metrics.py": 46, "integration/test_frames_fx_cache.py": 58,
     "integration/test_isa_libraries.py": 37,
     "integration/test_coordesc_workers.py": 31, "integration/test_orchestrator_errors.py": 20,
     "integration/test_autotune_decisions.py": 19, "integration/test_bad_input.py": 18,
