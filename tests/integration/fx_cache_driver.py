@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 import raycompile
+from raycompile.wrapper import compat
 
 
 class Block(torch.nn.Module):
@@ -47,9 +48,7 @@ class Net(torch.nn.Module):
 
 
 def hits() -> int:
-    from torch._dynamo.utils import counters
-
-    return int(counters["inductor"]["fxgraph_cache_hit"])
+    return compat.precompile.torch_cache_counters()["torch_fxgraph_hits"]
 
 
 def run() -> dict[str, Any]:
