@@ -148,7 +148,8 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
     if os.environ.get("OVERHEAD_LOG"):  # a diagnosis: raycompile's debug log, appended to this file
         import logging
 
-        logging.basicConfig(filename=os.environ["OVERHEAD_LOG"], format=f"{case} %(name)s: %(message)s")
+        logging.basicConfig(filename=os.environ["OVERHEAD_LOG"],
+                            format=f"{case} %(relativeCreated)7.0fms %(threadName)s %(name)s: %(message)s")
         logging.getLogger("raycompile").setLevel(logging.DEBUG)
     if os.environ.get("OVERHEAD_CUDA_INDEX"):  # --warm-index: this rank's GPU, as torchrun's scripts set it
         torch.cuda.set_device(int(os.environ["OVERHEAD_CUDA_INDEX"]))
@@ -208,7 +209,8 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
         "imports_s": t_import, "enable_s": t_enable, "load_s": t_load, "build_s": t_build, "call_s": t_call,
         "torch_compile_s": t_compile,
         "first_output_epoch": first_output, "loss": float(loss.float()), "loss_device": str(loss.device),
-        "jobs": stats.get("jobs"), "jobs_local": stats.get("jobs_local"), "benchmarks": stats.get("benchmarks"),
+        "jobs": stats.get("jobs"), "jobs_local": stats.get("jobs_local"),
+        "jobs_in_process": stats.get("jobs_in_process"), "benchmarks": stats.get("benchmarks"),
         "tuned_here": stats.get("benchmarks_local"), "winners_cached": stats.get("autotune_cached"),
         "local_hits": stats.get("local_hits"),
         "fallbacks": stats.get("fallbacks"), "refused": stats.get("refused"), "shared_hits": stats.get("shared_hits"),

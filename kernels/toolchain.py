@@ -20,6 +20,11 @@ class Toolchain(Protocol):
         lock there (named by ``key``), beside ``compile_triton_config``."""
         ...
 
+    def compile_triton_here(self, kernel_name: str, source: str) -> tuple[bytes, dict[str, bytes]]:
+        """``compile_triton`` in the driver's own process, whose env and config the job carries
+        already: nothing is applied, nothing of the process is cleared."""
+        ...
+
     def compile_triton_config(self, kernel_name: str, source: str, index: int, extra_env: dict[str, str],
                               extra_config: dict[str, Any], config_locks: str, key: str) -> float:
         """Compile config ``index`` of the kernel into this node's Triton cache under its lock in

@@ -10,13 +10,17 @@ from .jobs import Built, Failed, Result, TritonJob, Versions
 from .toolchain import Toolchain
 
 
-def run_triton_job(job: TritonJob, toolchain: Toolchain) -> Result:
+def run_triton_job(job: TritonJob, toolchain: Toolchain, here: bool = False) -> Result:
     """Compile every config of the kernel in ``job``; return Built with the pickled autotuner and
-    its Triton cache group, or Failed with the compiler's message."""
+    its Triton cache group, or Failed with the compiler's message. ``here``: in the driver that
+    made the job (``Toolchain.compile_triton_here``), not in a worker."""
     start = time.perf_counter()
     try:
-        payload, files = toolchain.compile_triton(job.kernel_name, job.source, job.extra_env, job.extra_config,
-                                                  job.config_locks, job.key)
+        if here:
+            payload, files = toolchain.compile_triton_here(job.kernel_name, job.source)
+        else:
+            payload, files = toolchain.compile_triton(job.kernel_name, job.source, job.extra_env, job.extra_config,
+                                                      job.config_locks, job.key)
     except Exception as e:  # noqa: BLE001 - the compiler's message travels back as a value
         return Failed(job.key, job.label, f"{type(e).__name__}: {e}", seconds=time.perf_counter() - start)
     return Built(job.key, job.label, time.perf_counter() - start, payload=payload, files=files)

@@ -40,6 +40,14 @@ COUNTERS: tuple[Counter, ...] = (
         metric=("raycompile_jobs_local_total", {}, "Kernel compile jobs run in this node's Inductor workers"),
     ),
     Counter(
+        "jobs_in_process",
+        "compile jobs",
+        "of jobs_local, Triton jobs compiled in this process while the node's compile workers started "
+        "(as stock compiles in the driver until its pool answers)",
+        metric=("raycompile_jobs_in_process_total", {},
+                "Triton compile jobs run in the driver while its compile workers started"),
+    ),
+    Counter(
         "deduped",
         "compile jobs",
         "requests answered by a job already in flight",

@@ -323,6 +323,7 @@ class FrameCache:
                         "process traces them again", getattr(self._known.get(sid), "label", sid), type(e).__name__, e)
 
     def _write(self, entry: Any, sid: str) -> None:
+        began = time.monotonic()
         known = self._known.get(sid)
         if known is None:  # compiled outside torch.compile's load: no key to file it under
             return
@@ -368,8 +369,8 @@ class FrameCache:
         if self.flights is not None:
             self.flights.finished(sid)
             self._in_flight.pop(sid, None)  # the flight's last bytes: nobody reads them now
-        log.debug("raycompile: %s: %d compiled frames written (generation %d, %d bytes)", known.label, frames,
-                  generation, len(blob))
+        log.debug("raycompile: %s: %d compiled frames written (generation %d, %d bytes, %.2f s)", known.label,
+                  frames, generation, len(blob), time.monotonic() - began)
 
     # -- writing ---------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from ..cache import Cache, keys, publish, turns
 from ..cache.isa import isa_exchange
 from ..errors import CompileError
 from ..kernels import Failed, Job, Result, TritonJob, Versions, run_job
+from ..kernels.triton_compile import run_triton_job
 from ..observe.stats import Stats
 from . import compat
 from .job_keys import cpp_job_for, local_paths, to_entry, triton_job_for
@@ -100,6 +101,9 @@ class Router:
     result."""
 
     IO_THREADS = 8
+    # Triton jobs compiled in this process at once while the node's compile workers start (stock
+    # compiles one at a time in the driver then, on its main thread)
+    IN_PROCESS = 1
 
     def __init__(self, source: FarmSource | None, stats: Stats, stock_process_pool: Callable[[], Any],
                  stock_submit: Callable[[Callable[[], Any]], Any], cache: Cache | None = None,
@@ -121,6 +125,9 @@ class Router:
         # readiness probe also comes from output modules loading (compiled frames), where nothing compiles
         self.compiling = threading.Event()
         self._probed = False  # Inductor probed the pool already (it does so once per process)
+        # the stock pool's answer to a no-op job: done once its workers run (``_pool_answers``)
+        self._pool_ready: Future[Any] | None = None
+        self._in_process = threading.BoundedSemaphore(self.IN_PROCESS)
         self._lock = threading.Lock()
         self._own_io = io is None  # else the session's, which it shuts down
         self._io = io or concurrent.futures.ThreadPoolExecutor(self.IO_THREADS, thread_name_prefix="raycompile-io")
@@ -202,7 +209,9 @@ class Router:
                     farm, _ = self._wait_farm()
                     if farm is not None and not self._compiles_here(farm):
                         return  # jobs go to Ray: the stock pool is only the fallback's
-                compat.wake_pool(self._stock_process_pool())
+                pool = self._stock_process_pool()
+                compat.wake_pool(pool)
+                self._pool_answers(pool)
             except Exception as e:  # noqa: BLE001 - the first job starts the pool then, as before
                 log.debug("raycompile: Inductor's compile workers not started early: %s", e)
 
@@ -298,6 +307,9 @@ class Router:
         try:
             if isinstance(job, TritonJob):
                 pool = self._stock_process_pool()
+                if self._in_process_now(pool, job):
+                    self._compile_in_process(job, out, local, key)
+                    return
                 job = self.spread.prepare(job)
                 started: Any = pool.submit(run_job, job, compat.TOOLCHAIN)
                 self.spread.send(job, pool)
@@ -321,6 +333,41 @@ class Router:
             self._io_or_here(self._deliver, result, job, out, local, key)
 
         started.add_done_callback(finished)
+
+    def _pool_answers(self, pool: Any) -> Future[Any]:
+        """The stock pool's answer to a no-op job (sent once): done once its workers run."""
+        with self._lock:
+            if self._pool_ready is None:
+                self._pool_ready = pool.submit(os.getpid)
+                began = time.monotonic()
+                self._pool_ready.add_done_callback(lambda _: log.debug(
+                    "raycompile: this node's compile workers answered after %.2f s", time.monotonic() - began))
+            return self._pool_ready
+
+    def _in_process_now(self, pool: Any, job: TritonJob) -> bool:
+        """Whether ``job`` compiles in this process: the node's compile workers have not answered
+        yet (they start: a sidecar process imports torch, then each worker), a slot is free, and
+        the job is this process's own (its env and config are this process's). Stock compiles in
+        the driver until its pool answers; sending every job to a pool still starting made the
+        farm's first graph wait for the pool instead (4 s of a GPT-2 step's cold compile on an H100)."""
+        if self._pool_answers(pool).done() or os.getpid() != self._pid:
+            return False
+        if any(os.environ.get(k) != v for k, v in job.extra_env.items()):
+            return False
+        if job.config_locks or not compat.triton.config_is_current(job.extra_config):
+            return False
+        return self._in_process.acquire(blocking=False)
+
+    def _compile_in_process(self, job: TritonJob, out: Future[Any], local: Callable[[], Any], key: str) -> None:
+        """``job`` compiled on this thread (an I/O thread: the main thread goes on lowering), its
+        result cached and delivered as a worker's."""
+        self.stats.add(jobs_in_process=1)
+        try:
+            result = run_triton_job(job, compat.TOOLCHAIN, here=True)
+        finally:
+            self._in_process.release()
+        self.stats.ran(result)
+        self._deliver(result, job, out, local, key)
 
     def _io_or_here(self, fn: Callable[..., None], *args: Any) -> None:
         try:

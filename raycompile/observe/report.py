@@ -71,7 +71,11 @@ def kernel_lines(stats: Mapping[str, Any]) -> list[str]:
         return []
     parts = (("farm jobs", "jobs"), ("joined a job in flight", "deduped"), ("this node's workers", "jobs_local"),
              ("another driver's compile", "dedupe_cluster"), ("stock's pool", "fallbacks"))
-    return [f"  kernels no tier had {missed}: " + ", ".join(f"{label} {stats.get(name, 0)}" for label, name in parts)]
+    inline = stats.get("jobs_in_process", 0)
+    started = f" ({inline} in this process while they started)" if inline else ""
+    return [f"  kernels no tier had {missed}: " + ", ".join(f"{label} {stats.get(name, 0)}"
+                                                          + (started if name == "jobs_local" else "")
+                                                          for label, name in parts)]
 
 
 def ray_lines(stats: Mapping[str, Any]) -> list[str]:

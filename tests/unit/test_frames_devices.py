@@ -153,3 +153,31 @@ def test_an_entry_records_its_one_index_and_moves_whole() -> None:
     two = _Entry({"b": torch.device("cuda", 1)}, _Dynamo([]), torch.device("cuda", 0))
     assert devices.dumps(two)[1] is None  # two devices: never moved
     assert devices.dumps(_Entry({}, _Dynamo([]), torch.device("cpu")))[1] is None
+
+
+def test_the_null_popper_in_dynamo_bytecode_pickles_as_an_equal_function() -> None:
+    """``PyCodegen.pop_null`` loads a ``lambda: None`` as a constant of the frame's bytecode (torch
+    2.11 on Python 3.12 after every graph break). pickle cannot name it: the entry's write failed
+    on the GPU machine, and each new process traced the model again. The entry's pickler writes it
+    as a module-level function that does the same, and the code still runs."""
+    from types import SimpleNamespace
+
+    from torch._dynamo.codegen import PyCodegen
+    from torch._dynamo.package import SerializedCode
+
+    popper = PyCodegen.pop_null(SimpleNamespace(create_load_const_unchecked=lambda value: value))[0]
+    assert callable(popper) and popper.__qualname__.endswith("pop_null.<locals>.<lambda>")
+    with pytest.raises((AttributeError, pickle.PicklingError)):
+        pickle.dumps(popper)  # what the write failed on
+    code = compile("x = 1", "<frame>", "exec")
+    code = code.replace(co_consts=(*code.co_consts, popper))  # a constant of the frame's bytecode, as Dynamo loads it
+    entry = _Entry({}, _Dynamo([SerializedCode.from_code_object(code)]), torch.device("cpu"))
+    loaded = SerializedCode.to_code_object(precompile._unpickled(precompile.dumps(entry)).dynamo.codes[0])
+    scope: dict = {}
+    exec(loaded, scope)
+    assert scope["x"] == 1
+    (got,) = (c for c in loaded.co_consts if callable(c))
+    assert got is precompile._null_popped and got() is None  # called with no argument, it returns None as the lambda did
+    others = _Entry({"f": lambda: None}, _Dynamo([]), torch.device("cpu"))
+    with pytest.raises((AttributeError, pickle.PicklingError)):
+        precompile.dumps(others)  # only Dynamo's own popper: any other local function still fails

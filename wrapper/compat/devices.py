@@ -30,7 +30,7 @@ import io
 import os
 import pickle
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._base import Seams
@@ -127,15 +127,20 @@ class _Recorder(pickle.Pickler):
     whether it pickles a CUDA tensor or storage (its device travels as a location string, which
     nothing here moves: index -1)."""
 
-    def __init__(self, file: io.BytesIO) -> None:
+    def __init__(self, file: io.BytesIO, reduce: Callable[[Any], Any] | None = None) -> None:
         import torch
 
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.indices: set[int] = set()
         self._device = torch.device
         self._on_device = (torch.Tensor, torch.UntypedStorage, torch.TypedStorage)
+        self._reduce = reduce
 
     def reducer_override(self, obj: Any) -> Any:
+        if self._reduce is not None:
+            got = self._reduce(obj)
+            if got is not None:
+                return got
         if type(obj) is self._device:
             if obj.type == "cuda":
                 self.indices.add(-1 if obj.index is None else obj.index)
@@ -144,11 +149,12 @@ class _Recorder(pickle.Pickler):
         return NotImplemented
 
 
-def dumps(entry: Any) -> tuple[bytes, int | None]:
+def dumps(entry: Any, reduce: Callable[[Any], Any] | None = None) -> tuple[bytes, int | None]:
     """(the pickled entry, the one CUDA index it names, or None: none, several, or one named in a
-    form this module does not know)."""
+    form this module does not know). ``reduce(obj)``, where given, is asked first for each object:
+    a ``__reduce__`` value for it, or None for pickle's own."""
     buf = io.BytesIO()
-    pickler = _Recorder(buf)
+    pickler = _Recorder(buf, reduce)
     pickler.dump(entry)
     found = set(pickler.indices)
     if not _movable_code(entry):

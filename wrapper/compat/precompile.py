@@ -8,14 +8,16 @@ Checked on torch 2.11.0, 2.13.0 and 2.15.0."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import pickle
 import re
 import struct
 import sys
+import types
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import devices
@@ -52,6 +54,7 @@ SEAMS: Seams = {
     "types.ConvertFrameReturn": ("torch._dynamo.types", "ConvertFrameReturn"),
     "eval_frame.skip_code": ("torch._dynamo.eval_frame", "skip_code"),
     "convert_frame.input_codes": ("torch._dynamo.convert_frame", "input_codes"),
+    "codegen.PyCodegen.pop_null": ("torch._dynamo.codegen", "PyCodegen.pop_null"),
 }
 
 log = logging.getLogger("raycompile.frames")
@@ -67,10 +70,43 @@ _HEADER = struct.Struct(">hi")
 
 def dumps(entry: Any) -> bytes:
     """``entry``'s bytes, with the one CUDA index it names (so that a process on another index
-    moves it there) and the rank whose collectives it calls."""
-    data, index = devices.dumps(entry)
+    moves it there) and the rank whose collectives it calls. Constants of Dynamo's bytecode that
+    pickle cannot name are pickled as the equal functions below (``_picklable_constant``)."""
+    data, index = devices.dumps(entry, _picklable_constant)
     rank = devices.collective_rank(entry)
     return MAGIC + _HEADER.pack(-1 if index is None else index, -1 if rank is None else rank) + data
+
+
+def _null_popped() -> None:
+    """What the function Dynamo's ``PyCodegen.pop_null`` puts in its bytecode does: called with no
+    argument (which pops the NULL below it), it returns None."""
+    return None
+
+
+def _null_popper() -> Callable[[], None]:
+    return _null_popped
+
+
+@functools.cache
+def _null_popper_codes() -> frozenset[types.CodeType]:
+    """The code of the ``lambda: None`` that ``PyCodegen.pop_null`` (torch 2.11 on Python 3.12: the
+    resume code after a graph break; later torch: a graph break in an inlined comprehension) loads
+    as a constant of the frame's bytecode. pickle cannot name a local function, so every frame
+    holding one failed its write ("Can't pickle local object 'PyCodegen.pop_null.<locals>.<lambda>'")
+    and each new process traced the model again."""
+    from torch._dynamo.codegen import PyCodegen
+
+    code = getattr(getattr(PyCodegen, "pop_null", None), "__code__", None)
+    return frozenset(c for c in (code.co_consts if code is not None else ())
+                     if isinstance(c, types.CodeType) and c.co_name == "<lambda>")
+
+
+def _picklable_constant(obj: Any) -> Any:
+    """A ``__reduce__`` value for a function Dynamo put in a frame's bytecode that pickle cannot
+    name, and that does exactly what a function here does; None for anything else."""
+    if type(obj) is types.FunctionType and obj.__code__ in _null_popper_codes():
+        return _null_popper, ()
+    return None
 
 
 def _unpickled(data: bytes) -> Any:
@@ -200,7 +236,6 @@ def portable(entry: Any) -> tuple[Any, int]:
     loader installs; a frame naming any other object installed by id is marked bypassed (compiled
     as usual in this process; traced in the next). The live package is not touched."""
     import dataclasses
-    import types
 
     missing = _unprovided(entry, _builtins_names(entry))
     if not missing:

@@ -25,6 +25,10 @@ class InductorToolchain:
             kernel = triton.compile_for_target(kernel_name, source, extra_env, extra_config)
         return pickle.dumps(kernel), triton.cache_group_blobs(kernel)
 
+    def compile_triton_here(self, kernel_name: str, source: str) -> tuple[bytes, dict[str, bytes]]:
+        kernel = triton.compile_here(kernel_name, source)
+        return pickle.dumps(kernel), triton.cache_group_blobs(kernel)
+
     def compile_triton_config(self, kernel_name: str, source: str, index: int, extra_env: dict[str, str],
                               extra_config: dict[str, Any], config_locks: str, key: str) -> float:
         return configs.compile_config_at(kernel_name, source, index, extra_env, extra_config, config_locks, key)

@@ -247,6 +247,36 @@ def compile_for_target(kernel_name: str, source: str, extra_env: dict[str, str],
     return kernel
 
 
+def compile_here(kernel_name: str, source: str) -> Any:
+    """Compile every config of an Inductor Triton kernel module in this process, as
+    ``AsyncCompile.triton`` compiles in the driver while its compile workers start: the process's
+    own env, config and ptxas (a worker's job applies the driver's; here they are the driver's),
+    and Python's line cache left alone (a worker clears its own). Returns the kernel ready to
+    pickle, as a worker's job returns it."""
+    with target_driver(source):
+        kernel = _load_kernel(kernel_name, source)
+        kernel.precompile(warm_cache_only=True)
+    kernel.prepare_for_pickle()
+    return kernel
+
+
+def config_is_current(extra_config: dict[str, Any]) -> bool:
+    """Whether a compile job's ``extra_config`` (what ``AsyncCompile.triton`` sends a worker to
+    apply) holds this process's own Inductor config: its lookup table's entries, any other name's
+    value."""
+    from torch._inductor import config
+
+    missing = object()
+    for name, value in extra_config.items():
+        current = getattr(config, name, missing)
+        if name == "autotune_lookup_table" and isinstance(value, dict) and isinstance(current, dict):
+            if any(current.get(k, missing) != v for k, v in value.items()):
+                return False
+        elif current != value:
+            return False
+    return True
+
+
 def target_driver(source: str) -> contextlib.AbstractContextManager[None]:
     """Where this node has no GPU of the kind ``source`` was generated for, the compile-only
     driver of its target (``compile_only_driver``); else nothing."""

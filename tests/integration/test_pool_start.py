@@ -1,0 +1,138 @@
+"""Triton jobs compiled in the driver while the node's compile workers start (``Router._in_process_now``),
+as stock compiles in the driver until its pool answers: a reduction kernel Inductor generated for
+an H100 (torch 2.11 corpus), cross-compiled for sm_90 by real Triton on this CPU box, sent through
+the Router while Inductor's own process pool (``SubprocPool``) is held from starting. The test
+double is ``HeldPool``: it holds every job until the test lets the pool start, as a pool whose
+workers still import torch would."""
+
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from typing import Any
+
+import pytest
+
+from raycompile.observe.stats import Stats
+from raycompile.wrapper import compat
+from raycompile.wrapper.compat.triton import jit_function_name
+from raycompile.wrapper.hooks import Router
+
+triton = pytest.importorskip("triton")
+
+KERNEL = "c7v64y2hk3bj7jx7bksh5qct3sgwrnaslimos32k3fopact4ovks.py"  # a reduction, XBLOCK x R0_BLOCK
+
+
+class CompilesHere:
+    """The session's start as it is on one machine: no Ray, this node's compile workers."""
+
+    farm = None
+    dedupe = None
+
+    def wait_farm(self) -> None:
+        return None
+
+    def compiles_here(self, farm: Any, wait: bool = False) -> bool:
+        return True
+
+
+class HeldPool:
+    """Test double: Inductor's real ``SubprocPool``, whose jobs are held until ``start()`` (its
+    workers starting); records what was sent to it."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool, self.started, self.sent = pool, threading.Event(), []
+
+    def start(self) -> None:
+        self.started.set()
+
+    def submit(self, fn: Any, *args: Any) -> Future[Any]:
+        self.sent.append(getattr(fn, "__name__", repr(fn)))
+        out: Future[Any] = Future()
+
+        def forward() -> None:
+            self.started.wait(120)
+            inner = self.pool.submit(fn, *args)
+            inner.add_done_callback(lambda f: out.set_exception(f.exception()) if f.exception()
+                                    else out.set_result(f.result()))
+
+        threading.Thread(target=forward, daemon=True).start()
+        return out
+
+
+@pytest.fixture
+def held(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from torch._inductor.compile_worker.subproc_pool import SubprocPool
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    pool = SubprocPool(2)
+    yield HeldPool(pool)
+    pool.shutdown()
+
+
+def submit(router: Router, source: str, env: dict[str, str]) -> Future[Any]:
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+    from torch._inductor.runtime.compile_tasks import _worker_compile_triton
+
+    name = jit_function_name(source)
+    load = functools.partial(_load_triton_kernel_from_source, name, source)
+    return router.submit(_worker_compile_triton, load, env, compat.triton_extra_config(source))
+
+
+def env_here() -> dict[str, str]:
+    return {v: os.environ[v] for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+
+
+def test_a_job_compiles_in_the_driver_while_the_workers_start_then_in_the_workers(
+        corpus: pathlib.Path, held: HeldPool, tmp_path: pathlib.Path) -> None:
+    source = (corpus / KERNEL).read_text()
+    stats = Stats()
+    router = Router(CompilesHere(), stats, lambda: held, lambda task: task())
+    try:
+        kernel, _ = submit(router, source, env_here()).result(60)  # the pool is held: only here
+        assert stats.jobs_in_process == 1 and stats.jobs_local == 1
+        assert held.sent == ["getpid"]  # the pool was asked only whether it answers
+        hashes = [r.kernel.hash for r in kernel.compile_results]
+        assert hashes and any(p.suffix == ".cubin" for p in (tmp_path / "triton").rglob("*"))  # compiled here
+
+        # a job with another env than this process's is the workers' (it waits for them)
+        other = submit(router, source, {**env_here(), "TRITON_CACHE_DIR": str(tmp_path / "other")})
+        time.sleep(1.0)
+        assert not other.done() and stats.jobs_in_process == 1
+        held.start()
+        again, _ = other.result(300)
+        assert [r.kernel.hash for r in again.compile_results] == hashes  # the same binaries as the workers'
+        assert held.sent == ["getpid", "run_job"]
+
+        # the workers answered: the next job is theirs
+        router._pool_ready.result(60)
+        submit(router, source.replace("def triton_", "def triton_x_", 1), env_here()).result(300)
+        assert stats.jobs_in_process == 1 and stats.jobs_local == 3
+        assert held.sent[-1] == "run_job"
+    finally:
+        held.start()
+        router.close()
+
+
+def test_one_job_at_a_time_compiles_in_the_driver(corpus: pathlib.Path, held: HeldPool) -> None:
+    source = (corpus / KERNEL).read_text()
+    stats = Stats()
+    router = Router(CompilesHere(), stats, lambda: held, lambda task: task())
+    try:
+        jobs = [submit(router, source, env_here()),
+                submit(router, source.replace("def triton_", "def triton_y_", 1), env_here())]
+        done, waiting = wait(jobs, timeout=300, return_when=FIRST_COMPLETED)
+        time.sleep(0.5)
+        assert len(done) == 1 and len(waiting) == 1  # the other waits for the workers
+        assert stats.jobs_in_process == 1
+        held.start()
+        waiting.pop().result(300)
+        assert stats.jobs_in_process == 1 and stats.jobs_local == 2
+    finally:
+        held.start()
+        router.close()
