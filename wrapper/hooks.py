@@ -356,6 +356,8 @@ class Router:
             return False
         if job.config_locks or not compat.triton.config_is_current(job.extra_config):
             return False
+        if self.spread.enabled and compat.spreads(job.source):
+            return False  # a max-autotune kernel's configs: the workers compile them at once, soon
         return self._in_process.acquire(blocking=False)
 
     def _compile_in_process(self, job: TritonJob, out: Future[Any], local: Callable[[], Any], key: str) -> None:

@@ -136,3 +136,22 @@ def test_one_job_at_a_time_compiles_in_the_driver(corpus: pathlib.Path, held: He
     finally:
         held.start()
         router.close()
+
+
+def test_a_max_autotune_kernel_waits_for_the_workers(corpus: pathlib.Path, held: HeldPool) -> None:
+    """Its several configs are compiled at once by the workers (``wrapper/spread.py``), seconds
+    sooner than one driver thread would compile them one after another."""
+    source = (corpus / KERNEL).read_text().replace("'max_autotune': False", "'max_autotune': True")
+    assert compat.spreads(source)
+    stats = Stats()
+    router = Router(CompilesHere(), stats, lambda: held, lambda task: task())
+    try:
+        job = submit(router, source, env_here())
+        time.sleep(1.0)
+        assert not job.done() and stats.jobs_in_process == 0
+        held.start()
+        job.result(300)
+        assert stats.jobs_in_process == 0 and stats.jobs_local == 1 and stats.configs_spread >= 1
+    finally:
+        held.start()
+        router.close()

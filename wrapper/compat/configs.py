@@ -13,7 +13,6 @@ import functools
 import logging
 import os
 import re
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +33,6 @@ log = logging.getLogger("raycompile.compile")
 CONFIG_LOCK_WAIT_S = 600.0  # the longest a worker waits for another's compile of one config
 _SPREAD_DECORATOR = re.compile(r"@triton_heuristics\.(?:pointwise|reduction|persistent_reduction)\(")
 _MAX_AUTOTUNE = re.compile(r"""['"]max_autotune(?:_pointwise)?['"]\s*:\s*True""")
-_DRIVER_LOCK = threading.Lock()  # target_driver swaps Triton's one active driver: one thread at a time
 
 
 def done_mark(config_locks: str, key: str) -> str:
@@ -102,7 +100,7 @@ def config_count(kernel_name: str, source: str) -> int:
     """How many configs the kernel of ``source`` is compiled for: its module loaded here (its
     heuristics choose them), nothing compiled; 1 where it does not load here."""
     try:
-        with _DRIVER_LOCK, target_driver(source):
+        with target_driver(source):  # its driver swap holds the process's driver lock
             return len(_load_kernel(kernel_name, source).configs)
     except Exception as e:  # noqa: BLE001 - its job compiles every config itself, as stock
         log.debug("raycompile: %s: its configs not counted: %s", kernel_name, e)

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -202,6 +203,9 @@ def gpu_driver_check_disabled() -> Iterator[None]:
         triton_helpers.set_driver_to_gpu = original
 
 
+_ACTIVE_DRIVER = threading.RLock()  # held while compile_only_driver swaps Triton's active driver
+
+
 @contextlib.contextmanager
 def compile_only_driver(device_type: str, arch: int, warp_size: int) -> Iterator[None]:
     """Make Triton compile for (device_type, arch) on a node with no GPU of that kind."""
@@ -227,13 +231,14 @@ def compile_only_driver(device_type: str, arch: int, warp_size: int) -> Iterator
             return 0
 
     runtime_driver = triton.runtime.driver
-    previous = runtime_driver._active  # reset_active() would probe for a real GPU driver and fail
-    runtime_driver.set_active(CompileOnlyCudaDriver())
-    try:
-        with gpu_driver_check_disabled():
-            yield
-    finally:
-        runtime_driver._active = previous
+    with _ACTIVE_DRIVER:  # one process-wide driver: one thread swaps it at a time
+        previous = runtime_driver._active  # reset_active() would probe for a real GPU driver and fail
+        runtime_driver.set_active(CompileOnlyCudaDriver())
+        try:
+            with gpu_driver_check_disabled():
+                yield
+        finally:
+            runtime_driver._active = previous
 
 
 def compile_for_target(kernel_name: str, source: str, extra_env: dict[str, str],
