@@ -307,8 +307,8 @@ class Router:
         try:
             if isinstance(job, TritonJob):
                 pool = self._stock_process_pool()
-                if self._in_process_now(pool, job):
-                    self._compile_in_process(job, out, local, key)
+                if self._in_process_now(pool, job):  # on an I/O thread: never a coordinator's, say
+                    self._io_or_here(self._compile_in_process, job, out, local, key)
                     return
                 job = self.spread.prepare(job)
                 started: Any = pool.submit(run_job, job, compat.TOOLCHAIN)
@@ -338,10 +338,14 @@ class Router:
         """The stock pool's answer to a no-op job (sent once): done once its workers run."""
         with self._lock:
             if self._pool_ready is None:
-                self._pool_ready = pool.submit(os.getpid)
+                ready = pool.submit(os.getpid)
+                if not isinstance(ready, Future):  # a pool that ran it at once: it answers
+                    ready = Future()
+                    ready.set_result(None)
                 began = time.monotonic()
-                self._pool_ready.add_done_callback(lambda _: log.debug(
+                ready.add_done_callback(lambda _: log.debug(
                     "raycompile: this node's compile workers answered after %.2f s", time.monotonic() - began))
+                self._pool_ready = ready
             return self._pool_ready
 
     def _in_process_now(self, pool: Any, job: TritonJob) -> bool:
@@ -350,19 +354,25 @@ class Router:
         the job is this process's own (its env and config are this process's). Stock compiles in
         the driver until its pool answers; sending every job to a pool still starting made the
         farm's first graph wait for the pool instead (4 s of a GPT-2 step's cold compile on an H100)."""
-        if self._pool_answers(pool).done() or os.getpid() != self._pid:
+        if os.getpid() != self._pid:  # a forked child: the pool and the locks are the parent's
             return False
-        if any(os.environ.get(k) != v for k, v in job.extra_env.items()):
+        try:
+            if self._pool_answers(pool).done():
+                return False
+            if any(os.environ.get(k) != v for k, v in job.extra_env.items()):
+                return False
+            if job.config_locks or not compat.triton.config_is_current(job.extra_config):
+                return False
+            if self.spread.enabled and compat.spreads(job.source):
+                return False  # a max-autotune kernel's configs: the workers compile them at once, soon
+        except Exception as e:  # noqa: BLE001 - the workers compile it, as before
+            log.debug("raycompile: %s not compiled in this process: %s", job.label, e)
             return False
-        if job.config_locks or not compat.triton.config_is_current(job.extra_config):
-            return False
-        if self.spread.enabled and compat.spreads(job.source):
-            return False  # a max-autotune kernel's configs: the workers compile them at once, soon
         return self._in_process.acquire(blocking=False)
 
     def _compile_in_process(self, job: TritonJob, out: Future[Any], local: Callable[[], Any], key: str) -> None:
         """``job`` compiled on this thread (an I/O thread: the main thread goes on lowering), its
-        result cached and delivered as a worker's."""
+        result cached and delivered as a worker's. Holds the slot ``_in_process_now`` took."""
         self.stats.add(jobs_in_process=1)
         try:
             result = run_triton_job(job, compat.TOOLCHAIN, here=True)

@@ -126,12 +126,13 @@ def test_one_job_at_a_time_compiles_in_the_driver(corpus: pathlib.Path, held: He
     try:
         jobs = [submit(router, source, env_here()),
                 submit(router, source.replace("def triton_", "def triton_y_", 1), env_here())]
-        done, waiting = wait(jobs, timeout=300, return_when=FIRST_COMPLETED)
-        time.sleep(0.5)
-        assert len(done) == 1 and len(waiting) == 1  # the other waits for the workers
-        assert stats.jobs_in_process == 1
+        done, waiting = wait(jobs, timeout=60, return_when=FIRST_COMPLETED)
+        assert len(done) == 1 and len(waiting) == 1
+        other = waiting.pop()
+        time.sleep(1.0)
+        assert not other.done() and stats.jobs_in_process == 1  # it waits for the workers
         held.start()
-        waiting.pop().result(300)
+        other.result(300)
         assert stats.jobs_in_process == 1 and stats.jobs_local == 2
     finally:
         held.start()

@@ -206,6 +206,14 @@ def gpu_driver_check_disabled() -> Iterator[None]:
 _ACTIVE_DRIVER = threading.RLock()  # held while compile_only_driver swaps Triton's active driver
 
 
+def _driver_lock_after_fork() -> None:
+    global _ACTIVE_DRIVER
+    _ACTIVE_DRIVER = threading.RLock()  # a thread of the parent may have held it: never in the child
+
+
+os.register_at_fork(after_in_child=_driver_lock_after_fork)
+
+
 @contextlib.contextmanager
 def compile_only_driver(device_type: str, arch: int, warp_size: int) -> Iterator[None]:
     """Make Triton compile for (device_type, arch) on a node with no GPU of that kind."""
@@ -268,9 +276,12 @@ def compile_here(kernel_name: str, source: str) -> Any:
 def config_is_current(extra_config: dict[str, Any]) -> bool:
     """Whether a compile job's ``extra_config`` (what ``AsyncCompile.triton`` sends a worker to
     apply) holds this process's own Inductor config: its lookup table's entries, any other name's
-    value."""
+    value; and this process compiles a kernel as a worker would (no C++ wrapper patched in, under
+    which a kernel is not statically launched: ``can_statically_launch``)."""
     from torch._inductor import config
 
+    if config.cpp_wrapper:
+        return False
     missing = object()
     for name, value in extra_config.items():
         current = getattr(config, name, missing)
