@@ -120,7 +120,7 @@ FILE_SECONDS = {
     "integration/test_single_flight.py": 74, "integration/test_cli.py": 65,
     "integration/test_multinode.py": 56, "integration/test_graph_flights.py": 50,
     "integration/test_metrics.py": 46, "integration/test_frames_fx_cache.py": 58,
-    "integration/test_isa_libraries.py": 37,
+    "integration/test_isa_libraries.py": 37, "integration/test_pool_start.py": 30,
     "integration/test_coordesc_workers.py": 31, "integration/test_orchestrator_errors.py": 20,
     "integration/test_autotune_decisions.py": 19, "integration/test_bad_input.py": 18,
     "unit/test_frames_key.py": 17, "integration/test_explain.py": 15, "integration/test_spread_configs.py": 14,
