@@ -16,6 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 import pytest
+from local_router import KERNEL, CompilesHere
 
 from raycompile.observe.stats import Stats
 from raycompile.wrapper import compat
@@ -23,21 +24,6 @@ from raycompile.wrapper.compat.triton import jit_function_name
 from raycompile.wrapper.hooks import Router
 
 triton = pytest.importorskip("triton")
-
-KERNEL = "c7v64y2hk3bj7jx7bksh5qct3sgwrnaslimos32k3fopact4ovks.py"  # a reduction, XBLOCK x R0_BLOCK
-
-
-class CompilesHere:
-    """The session's start as it is on one machine: no Ray, this node's compile workers."""
-
-    farm = None
-    dedupe = None
-
-    def wait_farm(self) -> None:
-        return None
-
-    def compiles_here(self, farm: Any, wait: bool = False) -> bool:
-        return True
 
 
 class HeldPool:
