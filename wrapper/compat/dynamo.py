@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from ._base import Seams
+from .code_names import resolve_code
 
 CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
 
@@ -165,7 +166,7 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
             try:
                 self._add_user_function(code)
             except PackageError as e:
-                found = _resolve_code(code)
+                found = resolve_code(code)
                 if found is not None:  # a property's getter, a dataclass's generated __init__
                     module_name, function_name, code_source = found
                     self._add_function(code, module_name, function_name=function_name, code_source=code_source)
@@ -400,30 +401,6 @@ def _reduces_every_field(stock: Any) -> bool:
 
 _NOTES = ("is dropped with caching_precompile", "Detected a package bypass")
 _NOTED_LOGGERS = ("torch._dynamo.guards", "torch._dynamo.output_graph")
-
-
-def _resolve_code(code: Any) -> tuple[str, str, str] | None:
-    """(module, qualified name, path to the code from it) for a code object torch cannot name
-    (``_get_code_source`` knows module-level functions, methods, closures and nested functions):
-    a property's getter (``Model.loss_function`` -> ``fget.__code__``) or a function whose code has
-    no source file (a dataclass's generated ``__init__``), found through the function that holds
-    it. The path is checked to lead back to ``code`` in this process. None if there is none."""
-    import gc
-    import types
-
-    for fn in gc.get_referrers(code):
-        if not isinstance(fn, types.FunctionType) or fn.__code__ is not code or "<locals>" in fn.__qualname__:
-            continue
-        obj: Any = sys.modules.get(fn.__module__ or "")
-        for part in fn.__qualname__.split("."):
-            obj = inspect.getattr_static(obj, part, None) if obj is not None else None
-        if isinstance(obj, property) and obj.fget is fn:
-            return fn.__module__, fn.__qualname__, "fget.__code__"
-        if isinstance(obj, (staticmethod, classmethod)):
-            obj = obj.__func__
-        if obj is fn:
-            return fn.__module__, fn.__qualname__, "__code__"
-    return None
 
 
 class _DroppedGuardNotes(logging.Filter):
