@@ -127,7 +127,7 @@ class Session:
         inflight = Claims(InFlight(os.path.join(self.cache_root, "flights"), self.cache.local),
                           self._shared_now) if self.cache.local else None
         self.frames = FrameCache(self.cache, self.stats, self.install, OUTPUT_MODULE_TAG, on_miss=on_miss,
-                                 inflight=inflight, flight_wait_s=self.settings.job_timeout_s)
+                                 inflight=inflight, flight_wait_s=self.settings.job_timeout_s, submit=self.io.submit)
         self.frames.install_at_compile()
 
     def _shared_now(self) -> Any:
@@ -230,6 +230,7 @@ class Session:
         the cache, and the hooks installed."""
         from .wrapper import compat
 
+        compat.inductor_compiling()  # compiled frames' patch of Inductor (compile_fx is imported now anyway)
         tuning = max_autotune or compat.max_autotune_on()
         if self._ray_needed(tuning):
             self.startup.begin()  # type: ignore[union-attr]

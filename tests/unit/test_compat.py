@@ -132,3 +132,30 @@ def test_a_cpu_install_without_triton_passes_the_check(monkeypatch: pytest.Monke
     with pytest.raises(compat.SeamMissing, match="gone"):
         compat.check()
 
+
+
+def test_the_version_hashes_are_computed_on_the_thread_given() -> None:
+    """``version_hashes_ahead``: torch's and Triton's source hashes computed on another thread (an
+    I/O thread of the session's), into torch's and Triton's own caches, so the first call finds them."""
+    import threading
+
+    from torch._inductor import codecache
+    from torch._inductor.runtime import triton_compat
+
+    if not getattr(triton_compat, "HAS_TRITON", False):
+        pytest.skip("no Triton installed")
+    triton_compat.triton_key.cache_clear()
+    if hasattr(codecache.torch_key, "clear"):  # torch 2.13's prefetchable cache
+        codecache.torch_key.clear()
+    threads: list[threading.Thread] = []
+
+    def submit(fn: object) -> None:
+        threads.append(threading.Thread(target=fn, name="io"))  # type: ignore[arg-type]
+        threads[-1].start()
+
+    compat.version_hashes_ahead(submit)
+    assert len(threads) == 1
+    threads[0].join(120)
+    assert triton_compat.triton_key.cache_info().currsize == 1  # computed there, cached for the caller
+    assert triton_compat.triton_key.cache_info().hits == 0
+    assert isinstance(codecache.torch_key(), bytes)

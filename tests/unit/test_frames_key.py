@@ -131,6 +131,39 @@ def test_frames_stored_restores_torch_exactly() -> None:
     assert after == before
 
 
+def test_inductor_is_patched_at_the_first_trace_and_restored() -> None:
+    """``fx_cache_kept`` wraps Inductor's ``_compile_fx_inner`` only once Dynamo traces a frame (a
+    process that only loads frames never imports compile_fx for it), and the wrap goes at exit."""
+    import torch._inductor.compile_fx as compile_fx
+
+    stock = compile_fx._compile_fx_inner
+    with compat.frames_stored(Recorder()):
+        assert compile_fx._compile_fx_inner is stock  # nothing traced yet
+        torch.compile(lambda x: x * 3 + 1)(torch.randn(4))
+        assert getattr(compile_fx._compile_fx_inner, "__wrapped__", None) is stock
+    assert compile_fx._compile_fx_inner is stock
+
+
+def test_entering_compiled_frames_does_not_import_inductor() -> None:
+    """A warm process that only loads frames never imports compile_fx (a second of its first call);
+    Inductor's backend, when called, patches it then."""
+    code = ("import sys, torch\n"
+            "from raycompile.wrapper import compat\n"
+            "sys.path.insert(0, sys.argv[1])\n"
+            "from test_frames_key import Recorder\n"
+            "with compat.frames_stored(Recorder()):\n"
+            "    print('torch._inductor.compile_fx' in sys.modules)\n"
+            "    compat.inductor_compiling()  # the session's gate, as Inductor's backend is called\n"
+            "    import torch._inductor.compile_fx as fx\n"
+            "    stock = getattr(fx._compile_fx_inner, '__wrapped__', None)\n"
+            "    print(stock is not None)\n"
+            "print(fx._compile_fx_inner is stock)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(pathlib.Path(__file__).parent)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["False", "True", "True"], proc.stdout
+
+
 @pytest.mark.parametrize("value, env, on", [(None, None, True), (None, "0", False), (False, None, False),
                                             (True, "0", True)])
 def test_compiled_frames_are_on_unless_turned_off(value: Any, env: Any, on: bool,

@@ -89,7 +89,7 @@ from .codegen import (
 from .configs import config_count, spreads
 from .coordesc import coordesc_first_sweep, coordesc_prefetched
 from .cpp import builder_parts, cpp_compiler, cpp_job_parts, cpp_kernel_lines, defining_cpp_kernel
-from .dynamo import compiled_function, frames_stored, source_id
+from .dynamo import compiled_function, frames_stored, inductor_compiling, source_id
 from .entry import (
     async_compile_class,
     cache_key_tag,
@@ -108,6 +108,7 @@ from .entry import (
     remote_cache_backend_base,
     remote_module_caches,
     stock_pools,
+    version_hashes_ahead,
     wake_pool,
 )
 from .graph_wire import compile_here as compile_graph_here
@@ -275,6 +276,7 @@ __all__ = [
     "entry",
     "fresh_cache",
     "frames_stored",
+    "inductor_compiling",
     "compile_graph_here",
     "graphs",
     "graphs_routed",
@@ -292,6 +294,7 @@ __all__ = [
     "is_caching_autotuner",
     "is_future",
     "is_readiness_probe",
+    "version_hashes_ahead",
     "wake_pool",
     "loaded_output_modules",
     "max_autotune_on",

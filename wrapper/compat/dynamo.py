@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import logging
 import re
@@ -95,6 +96,17 @@ class FrameStore(Protocol):
     def write(self, entry: Any, source_id: str) -> None: ...
 
     def unbuilt(self, why: str) -> None: ...
+
+
+# what runs when Inductor's backend is about to compile a graph (``inductor_compiling``)
+_INDUCTOR_COMPILING: list[Callable[[], None]] = []
+
+
+def inductor_compiling() -> None:
+    """Inductor's backend is about to compile a graph (the session's gate on it calls this): what
+    ``frames_stored`` patches in Inductor goes in now, as Inductor is imported anyway."""
+    for hook in list(_INDUCTOR_COMPILING):
+        hook()
 
 
 @contextlib.contextmanager
@@ -233,6 +245,7 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
             if found is not None:
                 serving.served = True
                 return precompile.served(found[1], found[0], kwargs.get("compile_id"))
+            inner_kept()
             try:
                 result = stock_compile(*args, **kwargs)
             except BaseException as e:
@@ -240,7 +253,33 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
                 raise
             precompile.note_converted(package, args[0])  # under Dynamo's lock, with its guarded codes
             return result
+        inner_kept()
         return stock_compile(*args, **kwargs)
+
+    # Inductor's compile_fx is patched when Inductor is about to compile a graph (``inductor_compiling``,
+    # from the session's gate on Inductor's backend; or at a frame's trace, where it is imported
+    # already), never here: importing it costs a warm process that only loads frames a second of
+    # its first call (stop 52: GPT-2's warm start from 0.40x to 0.60x of stock's), and a frame
+    # traced without a graph (a dataclass's __init__) does not need it.
+    inner_lock = threading.Lock()
+    patched_inner: list[Any] = []  # [the module, stock's _compile_fx_inner], once patched
+
+    def inner_kept(import_now: bool = False) -> None:
+        if patched_inner:
+            return
+        compile_fx = sys.modules.get("torch._inductor.compile_fx")
+        if compile_fx is None:
+            if not import_now:
+                return
+            import torch._inductor.compile_fx as compile_fx
+        with inner_lock:
+            if not patched_inner and not closed:
+                patched_inner[:] = [compile_fx, compile_fx._compile_fx_inner]
+                compile_fx._compile_fx_inner = fx_cache_kept(compile_fx._compile_fx_inner)
+
+    closed = False
+    compiling_hook = functools.partial(inner_kept, True)
+    _INDUCTOR_COMPILING.append(compiling_hook)
 
     saved = (dconfig.caching_precompile, fconfig.bundled_autograd_cache, fconfig.force_non_lazy_backward_lowering)
     reducers = _init_field_reducers()
@@ -252,12 +291,8 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
     reset_clears.__enter__()
     sources_once = precompile.sources_recorded_once()
     sources_once.__enter__()
-    import torch._inductor.compile_fx as compile_fx
-
-    stock_inner = compile_fx._compile_fx_inner
     cache.__class__ = FarmDynamoCache
     convert_frame._compile = _compile
-    compile_fx._compile_fx_inner = fx_cache_kept(stock_inner)
     compile_package.code_context = code_context
     CheckFunctionManager.serialize_guards = serialize_guards
     CheckFunctionManager.__init__ = __init__
@@ -281,7 +316,13 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
             logger.removeFilter(quiet)
         cache.__class__ = stock_class
         convert_frame._compile = stock_compile
-        compile_fx._compile_fx_inner = stock_inner
+        with contextlib.suppress(ValueError):
+            _INDUCTOR_COMPILING.remove(compiling_hook)
+        with inner_lock:
+            closed = True
+            if patched_inner:
+                patched_inner[0]._compile_fx_inner = patched_inner[1]
+                patched_inner.clear()
         compile_package.code_context = stock_code_context
         CheckFunctionManager.serialize_guards = stock_serialize
         CheckFunctionManager.__init__ = stock_init
