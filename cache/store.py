@@ -109,9 +109,11 @@ def get_many(tier: Tier, keys: list[str]) -> dict[str, Entry | Miss]:
 
 def get_json(cache: Any, key: str, blob: str) -> Any:
     """The JSON in blob ``blob`` of the entry under ``key``: the local tier's, else the shared
-    tier's (a shared hit copied to the local tier), or None. For small records filed beside the
-    kernels (autotune winners, max-autotune decisions); not counted in the cache's hit/miss stats,
-    which count kernels. An entry without that blob, or not JSON, is passed over."""
+    tier's (a shared hit copied to the local tier: in the background where ``cache`` has a
+    ``copy_to_local``, as a winner read while a module loads must not wait for that write), or
+    None. For small records filed beside the kernels (autotune winners, max-autotune decisions);
+    not counted in the cache's hit/miss stats, which count kernels. An entry without that blob, or
+    not JSON, is passed over."""
     tiers = [t for t in (getattr(cache, "local", None), getattr(cache, "shared", None)) if t is not None]
     for tier in tiers:
         entry = tier.get(key)
@@ -122,7 +124,11 @@ def get_json(cache: Any, key: str, blob: str) -> Any:
         except (KeyError, ValueError):
             continue
         if tier is not tiers[0]:
-            tiers[0].put(entry)
+            copy = getattr(cache, "copy_to_local", None)  # the Cache's: on an I/O thread, off the caller's
+            if copy is not None:
+                copy(entry)
+            else:
+                tiers[0].put(entry)
         return value
     return None
 

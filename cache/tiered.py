@@ -139,7 +139,7 @@ class Cache:
             if isinstance(result, Entry):
                 self.stats.add(bytes_read=result.size, **{f"{tier.name}_hits": 1})
                 if tier is self.shared and self.local is not None:
-                    self._copy_to_local(result)
+                    self.copy_to_local(result)
                 return result
             self._count(result, tier)
         self.stats.add(misses=1)
@@ -162,7 +162,7 @@ class Cache:
                 if isinstance(got, Entry):
                     out[key] = got
                     if self.local is not None:
-                        self._copy_to_local(got)
+                        self.copy_to_local(got)
                 else:
                     self._count(got, self.shared)
                     if got.reason != "absent":
@@ -170,7 +170,9 @@ class Cache:
         self.stats.add(bytes_read=sum(v.size for v in out.values() if isinstance(v, Entry)))
         return out
 
-    def _copy_to_local(self, entry: Entry) -> None:
+    def copy_to_local(self, entry: Entry) -> None:
+        """Copy a shared hit into the local tier, on ``submit``'s thread where there is one."""
+
         def copy() -> None:
             try:
                 self.stats.add(bytes_written=self.local.put(entry))  # type: ignore[union-attr]

@@ -32,6 +32,7 @@ from ..observe.stats import Stats
 from . import compat
 from .job_keys import cpp_job_for, local_paths, to_entry, triton_job_for
 from .module_cache import ModuleFlights, make_backend
+from .runtime import winner_for
 from .spread import ConfigSpread
 
 log = logging.getLogger("raycompile.hooks")
@@ -399,6 +400,8 @@ class Router:
             log.warning("raycompile: cache entry for %s did not load (%s: %s); compiling", job.label,
                         type(e).__name__, e)
             return False
+        if isinstance(job, TritonJob):
+            _winner_ahead(key)
         out.set_result(value)
         return True
 
@@ -443,6 +446,18 @@ class Router:
             compat.set_kernel_key(kernel, job.key)  # its winner is filed under this key (wrapper/gpu_autotune.py)
             return kernel, int(seconds * 1e6)
         return None
+
+
+def _winner_ahead(key: str) -> None:
+    """Look up the autotune winner of a kernel served from the cache here, on the I/O thread that
+    served it, before the module waiting for the kernel gets it: the bound session's winner stores
+    keep what they find, so the module's own lookup (``runtime.stitch``, on the main thread, one
+    kernel after another) is answered from memory. Nothing found is no error: the module looks up
+    again, as before."""
+    try:
+        winner_for(key)
+    except Exception as e:  # noqa: BLE001 - the module's own lookup runs as before and reports its error
+        log.debug("raycompile: a winner not looked up ahead for %s: %s", key[:12], e)
 
 
 def _chain(source: Future[Any], target: Future[Any]) -> None:

@@ -7,47 +7,19 @@ workers still import torch would."""
 
 from __future__ import annotations
 
-import functools
-import os
 import pathlib
-import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Any
 
 import pytest
-from local_router import KERNEL, CompilesHere
+from local_router import KERNEL, CompilesHere, HeldPool, env_here, submit
 
 from raycompile.observe.stats import Stats
 from raycompile.wrapper import compat
-from raycompile.wrapper.compat.triton import jit_function_name
 from raycompile.wrapper.hooks import Router
 
 triton = pytest.importorskip("triton")
-
-
-class HeldPool:
-    """Test double: Inductor's real ``SubprocPool``, whose jobs are held until ``start()`` (its
-    workers starting); records what was sent to it."""
-
-    def __init__(self, pool: Any) -> None:
-        self.pool, self.started, self.sent = pool, threading.Event(), []
-
-    def start(self) -> None:
-        self.started.set()
-
-    def submit(self, fn: Any, *args: Any) -> Future[Any]:
-        self.sent.append(getattr(fn, "__name__", repr(fn)))
-        out: Future[Any] = Future()
-
-        def forward() -> None:
-            self.started.wait(120)
-            inner = self.pool.submit(fn, *args)
-            inner.add_done_callback(lambda f: out.set_exception(f.exception()) if f.exception()
-                                    else out.set_result(f.result()))
-
-        threading.Thread(target=forward, daemon=True).start()
-        return out
 
 
 @pytest.fixture
@@ -59,19 +31,6 @@ def held(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     pool = SubprocPool(2)
     yield HeldPool(pool)
     pool.shutdown()
-
-
-def submit(router: Router, source: str, env: dict[str, str]) -> Future[Any]:
-    from torch._inductor.codecache import _load_triton_kernel_from_source
-    from torch._inductor.runtime.compile_tasks import _worker_compile_triton
-
-    name = jit_function_name(source)
-    load = functools.partial(_load_triton_kernel_from_source, name, source)
-    return router.submit(_worker_compile_triton, load, env, compat.triton_extra_config(source))
-
-
-def env_here() -> dict[str, str]:
-    return {v: os.environ[v] for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
 
 
 def test_a_job_compiles_in_the_driver_while_the_workers_start_then_in_the_workers(
