@@ -24,7 +24,7 @@ imports (torch, transformers), the model's build, ``raycompile.enable()`` and th
 "compile s" is what compiling costs a case, with the imports and the model's build counted apart:
 ``enable()`` (frames cases: it imports Dynamo, which stock imports in ``torch.compile``), the
 Mega-Cache load, ``torch.compile`` and the first call. ``--profile`` writes a cProfile of that part of
-the warm frames case (``overhead_<label>_<model>_frames_profile.txt``). ``--bytecode-cache``: every
+the warm frames case (``overhead_<label>_<model>_frames_profile.txt``, and its ``.pstats``). ``--bytecode-cache``: every
 process reads and writes Python's byte-code cache in one writable dir (``PYTHONPYCACHEPREFIX``), as
 on an installed machine; where site-packages hold no ``.pyc`` and cannot take them (the GPU
 machine), every import otherwise compiles its source again, in every case. The cache is filled once
@@ -191,8 +191,11 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
         import pstats
 
         profiler.disable()
+        profiler.dump_stats(profile_to.removesuffix(".txt") + ".pstats")  # for pstats' callers/callees
         with open(profile_to, "w") as f:
-            pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(80)
+            pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(150)
+            f.write("\n\nby own time:\n")
+            pstats.Stats(profiler, stream=f).sort_stats("tottime").print_stats(60)
     stats: dict[str, Any] = {}
     report = ""
     if farm:
