@@ -171,9 +171,13 @@ def child(case: str, model: str, mode: str, layers: int, batch: int, seq: int, s
             same_process = same_process_vs_stock(fn, args, compiled, steps, mode=mode)
     from overhead import fx_graph_hits  # next to this script
 
+    from raycompile.wrapper import compat
+
     print("RESULT " + json.dumps({"enable_s": enable_s, "compile_s": compile_s, "step_ms": wall, "gpu_ms": gpu_ms,
                                   "checksum": checksum, "stats": stats, "same": same_process, "profile": parts,
-                                  "fx_graph_hits": fx_graph_hits()}),
+                                  "fx_graph_hits": fx_graph_hits(),
+                                  # torch's FX-graph and AOTAutograd cache counters, hits and misses
+                                  "torch_caches": compat.precompile.torch_cache_counters()}),
           flush=True)
 
 
