@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Iterator
 
 import pytest
+from local_router import HeldPool
 from raystart import ray_cluster
 
 
@@ -22,3 +24,16 @@ def farm_on(local_ray: None) -> Iterator[None]:
     raycompile.ready()  # the hooks installed: these tests reach Inductor's pools directly
     yield
     raycompile.disable()
+
+
+@pytest.fixture
+def held(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldPool]:
+    """Inductor's real compile pool (``SubprocPool``) behind the test double ``HeldPool``, which
+    holds its jobs until ``start()``; Inductor's and Triton's caches in ``tmp_path``."""
+    from torch._inductor.compile_worker.subproc_pool import SubprocPool
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    pool = SubprocPool(2)
+    yield HeldPool(pool)
+    pool.shutdown()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pathlib
 import time
 from concurrent.futures import FIRST_COMPLETED, wait
-from typing import Any
 
 import pytest
 from local_router import KERNEL, CompilesHere, HeldPool, env_here, submit
@@ -20,17 +19,6 @@ from raycompile.wrapper import compat
 from raycompile.wrapper.hooks import Router
 
 triton = pytest.importorskip("triton")
-
-
-@pytest.fixture
-def held(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from torch._inductor.compile_worker.subproc_pool import SubprocPool
-
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    pool = SubprocPool(2)
-    yield HeldPool(pool)
-    pool.shutdown()
 
 
 def test_a_job_compiles_in_the_driver_while_the_workers_start_then_in_the_workers(

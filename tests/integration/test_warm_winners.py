@@ -25,17 +25,6 @@ from raycompile.wrapper.hooks import Router
 triton = pytest.importorskip("triton")
 
 
-@pytest.fixture
-def held(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from torch._inductor.compile_worker.subproc_pool import SubprocPool
-
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
-    pool = SubprocPool(1)
-    yield HeldPool(pool)  # never started: the job compiles in this process
-    pool.shutdown()
-
-
 def test_a_served_kernels_winner_is_looked_up_on_the_thread_that_served_it(
         corpus: pathlib.Path, held: HeldPool, tmp_path: pathlib.Path) -> None:
     source = (corpus / KERNEL).read_text()
