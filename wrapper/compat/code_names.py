@@ -8,8 +8,8 @@ import sys
 import types
 from typing import Any
 
-# id(code) -> (code, its answer): a code is looked up once per process (its package's first frame)
-_RESOLVED: dict[int, tuple[Any, tuple[str, str, str] | None]] = {}
+# id(code) -> (code, its path): a code found is looked up once per process
+_RESOLVED: dict[int, tuple[Any, tuple[str, str, str]]] = {}
 # co_filename -> module name, for the modules loaded so far (rebuilt when a file is not in it)
 _MODULES_BY_FILE: dict[str, str] = {}
 
@@ -24,14 +24,15 @@ def resolve_code(code: Any) -> tuple[str, str, str] | None:
     First by the code's own file and qualified name (a getter, a static method: no scan); then,
     where those name no reachable function (a generated ``__init__``: file ``<string>``), through
     the functions that refer to the code (``gc.get_referrers``: a scan of every object, a tenth of
-    a second in a process with torch loaded). Each code's answer is kept for the process."""
+    a second in a process with torch loaded). Each path found is kept for the process."""
     kept = _RESOLVED.get(id(code))
     if kept is not None and kept[0] is code:
         return kept[1]
     found = _by_name(code)
     if found is None:
         found = _by_referrers(code)
-    _RESOLVED[id(code)] = (code, found)
+    if found is not None:  # none found is asked again: the function may be reachable later
+        _RESOLVED[id(code)] = (code, found)
     return found
 
 
