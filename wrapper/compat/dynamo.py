@@ -236,6 +236,7 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
     serving = threading.local()  # .served: the frame being converted on this thread was served
 
     def _compile(*args: Any, **kwargs: Any) -> Any:
+        inner_kept()  # where compile_fx is imported already: a trace may reach it
         package = kwargs.get("package")
         if package is not None and package in saved_packages and len(args) >= 3:
             found = store.serve(package, args[0], args[2])  # code, f_locals
@@ -245,7 +246,6 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
             if found is not None:
                 serving.served = True
                 return precompile.served(found[1], found[0], kwargs.get("compile_id"))
-            inner_kept()
             try:
                 result = stock_compile(*args, **kwargs)
             except BaseException as e:
@@ -253,7 +253,6 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
                 raise
             precompile.note_converted(package, args[0])  # under Dynamo's lock, with its guarded codes
             return result
-        inner_kept()
         return stock_compile(*args, **kwargs)
 
     # Inductor's compile_fx is patched when Inductor is about to compile a graph (``inductor_compiling``,
