@@ -156,7 +156,8 @@ def rank(model: str, case: str, mode: str | None) -> None:
                     "tunings_reserved": s.get("tunings_reserved", 0),
                     "tunings_wait_s": s.get("tunings_adopted_wait_seconds", 0.0),
                     "coordesc": [s.get("coordesc_prefetched", 0), s.get("coordesc_in_workers", 0),
-                                 s.get("coordesc_at_load", 0)],
+                                 s.get("coordesc_at_load", 0), s.get("coordesc_speculated", 0),
+                                 s.get("coordesc_speculated_used", 0)],
                     "configs_spread": s.get("configs_spread", 0),
                     "decisions": {how: s[f"autotune_decisions_{how}"] for how in ("timed", "shared", "adopted")}})
     elif case.startswith("stock-dist"):

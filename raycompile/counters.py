@@ -288,6 +288,17 @@ COUNTERS: tuple[Counter, ...] = (
         "before its first run",
     ),
     Counter(
+        "coordesc_speculated",
+        "autotuning on GPU actors",
+        "coordinate descent's next sweeps queued for the compile workers while the tuner timed the sweep "
+        "before (the sweep from each candidate; most are never timed)",
+    ),
+    Counter(
+        "coordesc_speculated_used",
+        "autotuning on GPU actors",
+        "of those, candidates a tuning found compiled or compiling when it moved to their sweep",
+    ),
+    Counter(
         "tunings_adopted",
         "autotuning on GPU actors",
         "kernels whose first-run tuning (configs, coordinate descent) another process of this node had the turn "

@@ -340,7 +340,7 @@ class Session:
                     log.warning("raycompile: whole graphs are not single-flighted (%s)", e)
             hooks = Hooks(Router(self.startup, self.stats, process_pool, submit, self.cache, io=self.io,
                                  job_timeout_s=settings.job_timeout_s, spread_configs=settings.spread_configs),
-                          module_flights=flights)
+                          module_flights=flights, coordesc_next_sweeps=settings.coordesc_next_sweeps)
             try:
                 hooks.install()  # undoes what it did when it raises
             except BaseException:

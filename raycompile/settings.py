@@ -84,6 +84,10 @@ class Settings:
     # a max-autotune pointwise or reduction kernel's configs compiled at once, each by one of the
     # node's compile workers, where stock compiles them one after another in one (wrapper/spread.py)
     spread_configs: bool = _in("jobs", True)
+    # max-autotune's coordinate descent: while a kernel's tuner times a sweep's candidates, the
+    # node's compile workers compile the sweep from each of them, so that the tuner finds the next
+    # sweep compiled when it moves (compiles that may be for nothing; wrapper/compat/coordesc.py)
+    coordesc_next_sweeps: bool = _in("jobs", True)
 
     # -- the cache --------------------------------------------------------------------------------
     cache_dir: str = _in("cache", "~/.cache/raycompile")  # the local tier

@@ -473,8 +473,10 @@ def _chain(source: Future[Any], target: Future[Any]) -> None:
 class Hooks:
     """Installs a Router into Inductor's async compile; ``uninstall`` restores stock exactly."""
 
-    def __init__(self, router: Router, module_flights: ModuleFlights | None = None) -> None:
+    def __init__(self, router: Router, module_flights: ModuleFlights | None = None,
+                 coordesc_next_sweeps: bool = True) -> None:
         self.router = router
+        self.coordesc_next_sweeps = coordesc_next_sweeps  # AtLoad.next_sweeps, in max-autotune
         self.module_flights = module_flights  # whole graphs single-flighted among the node's processes
         self._installed = contextlib.ExitStack()
         self.reservations: compat.tuning.Reservations | None = None
@@ -530,7 +532,9 @@ class Hooks:
         stats = router.stats
         self.coordesc_at_load = self._installed.enter_context(compat.coordesc_prefetched(
             COORDESC_THREADS, lambda n: stats.add(coordesc_prefetched=n), router.compile_processes,
-            lambda n: stats.add(coordesc_in_workers=n), lambda n: stats.add(coordesc_at_load=n)))
+            lambda n: stats.add(coordesc_in_workers=n), lambda n: stats.add(coordesc_at_load=n),
+            self.coordesc_next_sweeps, lambda n: stats.add(coordesc_speculated=n),
+            lambda n: stats.add(coordesc_speculated_used=n)))
         # a kernel's first-run tuning, one process of the node at a time: the others (a job's
         # ranks) take its pick instead of timing the same candidates again on the same GPUs
         # ... and the process with the compile workers first, at the kernels of the modules it loads

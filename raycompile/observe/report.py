@@ -160,7 +160,9 @@ def autotune_lines(stats: Mapping[str, Any]) -> list[str]:
         f"    failed {stats.get('benchmark_failures', 0)}   GPU restarts {stats.get('gpu_restarts', 0)}   "
         f"kernels tuned locally {local}   winners from the cache {cached}   "
         f"coordinate-descent candidates compiled ahead {stats.get('coordesc_prefetched', 0)} "
-        f"({stats.get('coordesc_in_workers', 0)} in the compile workers)",
+        f"({stats.get('coordesc_in_workers', 0)} in the compile workers; "
+        f"{stats.get('coordesc_speculated_used', 0)} of {stats.get('coordesc_speculated', 0)} queued from "
+        f"the sweep before, while it was timed)",
     ]
     if any(decided):
         lines.append(f"    max-autotune decisions: {decided[0]} taken from the cache (another process's picks, "

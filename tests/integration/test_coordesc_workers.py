@@ -45,7 +45,9 @@ def inductor_dirs(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pa
     return tmp_path
 
 
-@pytest.mark.parametrize("at_load", [False, True], ids=["at-first-run", "first-sweep-at-load"])
+# at-first-run: what test_the_next_sweeps_compile_while_a_sweep_is_timed (CI's run) also covers
+@pytest.mark.parametrize("at_load", [pytest.param(False, marks=pytest.mark.extended), True],
+                         ids=["at-first-run", "first-sweep-at-load"])
 def test_candidates_compile_in_worker_processes_and_load_here(corpus: pathlib.Path, inductor_dirs: pathlib.Path,
                                                               at_load: bool) -> None:
     """``at_load``: the first sweep was sent to the workers when the kernel's module loaded
@@ -90,7 +92,9 @@ def test_candidates_compile_in_worker_processes_and_load_here(corpus: pathlib.Pa
         return real_make_ir(self, *args, **kwargs)
 
     try:
-        with compat.compile_only_driver(device, arch, warp):
+        # Inductor's ptxas, as the farm's hooks set it in the driver (the workers use it; Triton 3.6's
+        # cache key holds the ptxas version)
+        with compat.compile_only_driver(device, arch, warp), compat.inductor_ptxas():
             kernel = _load_triton_kernel_from_source(name, source)
             kernel._precompile_config(baseline)  # the start, compiled as the kernel's own configs are
             real = tuner()
@@ -158,3 +162,115 @@ def test_no_running_pool_leaves_the_candidates_to_threads(corpus: pathlib.Path,
     assert not compat.pool_started(factory)
     factory()
     assert compat.pool_started(factory)
+
+
+def near(cfg: Any) -> float:
+    """A stand-in for a GPU's timing whose bottom is one step from the start (``XBLOCK`` 16): the
+    tuner moves once, then times the sweep from its new best."""
+    x, r = cfg.kwargs["XBLOCK"], cfg.kwargs["R0_BLOCK"]
+    return 1.0 + (math.log2(x) - 4) ** 2 + (math.log2(r) - 6) ** 2 + 0.1 * abs(cfg.num_warps - 4)
+
+
+def test_the_next_sweeps_compile_while_a_sweep_is_timed(corpus: pathlib.Path, inductor_dirs: pathlib.Path) -> None:
+    """While the tuner times a sweep's candidates, the workers compile the sweep from each of them
+    (``AtLoad.next_sweeps``): when it moves, the sweep from its new best is compiled already, and
+    it waits for none of those compiles. The stand-in timing of the first sweep's candidates lasts
+    until the workers are done (a GPU's timings give them that time too); the pick is the tuner's
+    own, nothing is compiled in this process, nothing is sent to the workers twice, and what was
+    queued but not begun when the tuning ends is dropped."""
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+    from torch._inductor.compile_worker.subproc_pool import SubprocPool
+    from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
+    from triton.compiler.compiler import ASTSource
+
+    source = (corpus / KERNEL).read_text()
+    name = jit_function_name(source)
+    device, arch, warp = compat.target_of(source)
+    meta = {"warp_size": 32, "max_threads_per_block": 1024}
+    baseline = triton.Config({"XBLOCK": 8, "R0_BLOCK": 64}, num_warps=4, num_stages=1)
+
+    def tuner() -> Any:
+        return CoordescTuner(size_hints={"x": 1024, "r0_": 128}, name=name, inductor_meta=dict(meta))
+
+    stock_pick = tuner().autotune(near, baseline, None)
+    assert stock_pick.kwargs["XBLOCK"] == 16  # it moves once
+
+    pool = SubprocPool(2)
+    sent: list[str] = []
+    real_submit = pool.submit
+
+    def submit(fn: Any, *args: Any) -> Any:
+        sent.append(str(args[2]))
+        return real_submit(fn, *args)
+
+    pool.submit = submit  # type: ignore[method-assign]
+    speculated: list[int] = []
+    used: list[int] = []
+    early = coordesc.AtLoad(2, lambda n: None, speculated.append)
+    threads = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="raycompile-coordesc")
+    made_here: list[str] = []
+    real_make_ir = ASTSource.make_ir
+
+    def make_ir(self: Any, *args: Any, **kwargs: Any) -> Any:
+        made_here.append(threading.current_thread().name)
+        return real_make_ir(self, *args, **kwargs)
+
+    try:
+        # Inductor's ptxas, as the farm's hooks set it in the driver (the workers use it; Triton 3.6's
+        # cache key holds the ptxas version)
+        with compat.compile_only_driver(device, arch, warp), compat.inductor_ptxas():
+            kernel = _load_triton_kernel_from_source(name, source)
+            kernel._precompile_config(baseline)
+            real = tuner()
+            kernel.coordesc_tuner = real
+            kernel.configs = [baseline]
+            kernel.inductor_meta = {**kernel.inductor_meta, "coordinate_descent_tuning": True}
+            first = {str(c) for c in coordesc.coordesc_first_sweep(kernel, baseline)}
+            ahead = coordesc.in_compile_workers(kernel, kernel._precompile_config, lambda: pool, lambda n: None,
+                                                used.append)
+            assert ahead is not None
+            counted: list[int] = []
+            prefetch = coordesc.CoordescPrefetch(kernel, kernel._precompile_config, threads, counted.append, ahead,
+                                                 functools.partial(early.next_sweeps, kernel, workers=pool))
+            timed_order: list[str] = []
+
+            def workers_done() -> None:  # the GPU's timing of a sweep: long enough for the workers
+                jobs = kernel.__dict__[coordesc.AT_LOAD].values()
+                while any(job.queued for job in jobs):
+                    threading.Event().wait(0.05)
+                for job in jobs:
+                    job._done.wait(120) if job._state == "begun" else None
+
+            def timed(cfg: Any) -> float:
+                prefetch.precompile_config(cfg)
+                timed_order.append(str(cfg))
+                if str(cfg) in first:
+                    workers_done()
+                return near(cfg)
+
+            ASTSource.make_ir = make_ir
+            try:
+                prefetch.ahead_from(baseline)
+                coordesc.COORDESC_ACTIVE[id(real)] = prefetch
+                with compat.coordesc_prefetched(2, lambda n: None):
+                    pick = real.autotune(timed, baseline, None)
+            finally:
+                ASTSource.make_ir = real_make_ir
+                coordesc.COORDESC_ACTIVE.pop(id(real), None)
+                prefetch.close()
+            left = kernel.__dict__.pop(coordesc.AT_LOAD)
+            for job in left.values():  # the tuning's end (coordinate_descent_tuning does this)
+                job.drop()
+            assert not any(job.queued for job in left.values())
+    finally:
+        early.close()
+        threads.shutdown()
+        pool.shutdown()
+
+    assert str(pick) == str(stock_pick)
+    later = [cfg for cfg in timed_order if cfg not in first and cfg != str(baseline)]
+    assert later, timed_order  # the sweep from the new best was timed
+    assert sum(used) >= len(later)  # ... each of its candidates compiled while the first sweep was timed
+    assert sum(speculated) > len(first)
+    assert len(sent) == len(set(sent))  # nothing sent twice
+    assert made_here == [], made_here
