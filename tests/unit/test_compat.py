@@ -154,8 +154,69 @@ def test_the_version_hashes_are_computed_on_the_thread_given() -> None:
         threads[-1].start()
 
     compat.version_hashes_ahead(submit)
-    assert len(threads) == 1
-    threads[0].join(120)
+    assert len(threads) == 2  # torch's and Triton's, side by side
+    for thread in threads:
+        thread.join(120)
     assert triton_compat.triton_key.cache_info().currsize == 1  # computed there, cached for the caller
     assert triton_compat.triton_key.cache_info().hits == 0
     assert isinstance(codecache.torch_key(), bytes)
+
+
+def torch_211_key_cache(func):  # noqa: ANN001, ANN201 - torch 2.11's codecache.torch_key_cache, verbatim
+    """A stand-in for torch 2.11's ``codecache.torch_key_cache`` (CI runs torch 2.13, whose cache
+    is another): its code as 2.11 ships it, less the docstring."""
+    _cache = []
+
+    def wrapper():  # noqa: ANN202
+        if len(_cache) == 0:
+            _cache.append(func())
+        return _cache[0]
+
+    def set_val(val) -> None:  # noqa: ANN001
+        assert len(_cache) == 0
+        _cache.append(val)
+
+    def clear() -> None:
+        _cache.clear()
+
+    wrapper.set = set_val
+    wrapper.clear = clear
+    return wrapper
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["computed-once", "computed-by-the-caller-where-it-failed"])
+def test_a_torch_key_asked_for_while_computed_ahead_is_waited_for(fails: bool) -> None:
+    """torch 2.11's ``torch_key`` cache has no lock: the first call, reaching it while the I/O
+    thread computed it, computed it a second time beside it. ``version_hashes_ahead`` makes it
+    wait instead (``entry._torch_key_waited``): the value is computed once, the caller gets it,
+    and the cache's own function is stock's again afterwards. Where the computation fails, the
+    caller computes it itself, as without this."""
+    import threading
+    import time
+
+    from raycompile.wrapper.compat import entry
+
+    calls: list[str] = []
+    started = threading.Event()
+
+    def hashing() -> bytes:  # reading and hashing torch's sources: a while
+        calls.append(threading.current_thread().name)
+        started.set()
+        time.sleep(0.5)
+        if fails and threading.current_thread().name == "io":
+            raise OSError("a source file went away")
+        return b"key"
+
+    key = torch_211_key_cache(hashing)
+    stock = key.__closure__[key.__code__.co_freevars.index("func")].cell_contents
+    compute = entry._torch_key_waited(key)
+    assert compute is not None
+    io = threading.Thread(target=compute, name="io")
+    io.start()
+    assert started.wait(10)
+    assert key() == b"key"  # asked while the I/O thread computes it
+    io.join(10)
+    assert calls == (["io", "MainThread"] if fails else ["io"])
+    assert key() == b"key" and len(calls) == (2 if fails else 1)
+    assert key.__closure__[key.__code__.co_freevars.index("func")].cell_contents is stock
+    assert entry._torch_key_waited(key) is None  # computed already: nothing more to do

@@ -15,6 +15,7 @@ import functools
 import heapq
 import itertools
 import logging
+import os
 import threading
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
@@ -402,7 +403,9 @@ def coordesc_prefetched(workers: int, counted: Callable[[int], None], processes:
     stock = CachingAutotuner.__dict__["coordinate_descent_tuning"]
     stock_compare = CoordescTuner.__dict__["compare_config"]
     pool = concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="raycompile-coordesc")
-    early = AtLoad(workers, at_load or (lambda n: None), speculated)
+    # at most half of the node's CPUs (8 of 16) compile ahead of need: the other half stays free for
+    # what a tuning needs now (its own sweep, sent by the prefetch threads) and for the timings
+    early = AtLoad(max(1, min(workers, (os.cpu_count() or 2) // 2)), at_load or (lambda n: None), speculated)
     active = COORDESC_ACTIVE
 
     def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:

@@ -4,6 +4,7 @@ remote FX-graph and AOTAutograd caches, the cache-key tag). Checked on torch 2.1
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import sys
@@ -43,32 +44,93 @@ SEAMS: Seams = {
 
 
 def version_hashes_ahead(submit: Callable[..., Any]) -> None:
-    """Have ``submit`` (an I/O thread) compute the hashes of torch's and Triton's own source files
+    """Have ``submit`` (I/O threads) compute the hashes of torch's and Triton's own source files
     that Inductor's cache keys and Triton's kernel loads ask for (``torch_key``, ``triton_key``:
     every file read and hashed, 0.2 s and 0.4 s on an H100 host, once per process), so the first
     call finds them cached instead of computing them on its thread. Reading and hashing mostly
     release the GIL. The modules are imported here, on the caller's thread (the first call imports
     them anyway): an import on another thread could deadlock with the caller's own imports. The
-    values are torch's and Triton's own, computed by their own functions and caches."""
+    values are torch's and Triton's own, computed by their own functions and caches.
+
+    A caller that asks for ``torch_key`` while it is being computed waits for that computation:
+    torch 2.13's cache does so itself (``prefetchable_cache``, under its lock); torch 2.11's has
+    no lock, and the first call computed it a second time beside the I/O thread (0.6 s of a GPT-2
+    step's warm first call on an H200, stop 54), so there its computing function is made to wait
+    until the value is in (``_torch_key_waited``)."""
     try:
         from torch._inductor import codecache
         from torch._inductor.runtime import triton_compat
     except ImportError:
         return
     triton_key = getattr(triton_compat, "triton_key", None) if getattr(triton_compat, "HAS_TRITON", False) else None
+    computes = [_torch_key_waited(codecache.torch_key) or _quietly(codecache.torch_key)]
+    if triton_key is not None:
+        computes.append(_quietly(triton_key))
+    for compute in computes:
+        try:
+            submit(compute)
+        except RuntimeError:  # the executor is shutting down: the first call computes them, as stock
+            undo = getattr(compute, "undo", None)
+            if undo is not None:
+                undo()
+
+
+def _quietly(key: Callable[[], Any]) -> Callable[[], None]:
+    def compute() -> None:
+        try:
+            key()
+        except Exception:  # noqa: BLE001 - the caller computes it where it needs it, and sees its error
+            pass
+
+    return compute
+
+
+TORCH_KEY_WAIT_S = 30.0  # the first call's wait for the I/O thread's torch_key; then it computes it too, as stock
+
+
+def _torch_key_waited(torch_key: Any) -> Callable[[], None] | None:
+    """torch 2.11's ``torch_key`` (``codecache.torch_key_cache``: its value in a list ``_cache``
+    of the wrapper's closure, computed by ``func`` of the same closure, without a lock): returns
+    what computes the value on an I/O thread and puts it in that list, and, until it is in, makes
+    ``func`` a wait for it, so a caller meanwhile waits instead of computing it too. Where it fails,
+    the caller computes it, as stock does. ``func`` is stock's again once the value is in. None
+    where ``torch_key`` is not that cache (torch 2.13's waits by itself) or is computed already."""
+    cells = dict(zip(getattr(getattr(torch_key, "__code__", None), "co_freevars", ()),
+                     getattr(torch_key, "__closure__", None) or ()))
+    func, cache = cells.get("func"), cells.get("_cache")
+    try:
+        stock, values = func.cell_contents, cache.cell_contents  # type: ignore[union-attr]
+    except (AttributeError, ValueError):  # another cache than 2.11's, or an empty cell
+        return None
+    if not callable(stock) or not isinstance(values, list) or values:
+        return None
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def waited() -> Any:
+        try:
+            return done.result(timeout=TORCH_KEY_WAIT_S)
+        except Exception:  # noqa: BLE001 - its computation failed or is late: computed here, as stock
+            return stock()
+
+    def undo() -> None:
+        if func.cell_contents is waited:  # type: ignore[union-attr]
+            func.cell_contents = stock  # type: ignore[union-attr]
 
     def compute() -> None:
-        for key in (triton_key, codecache.torch_key):
-            if key is not None:
-                try:
-                    key()
-                except Exception:  # noqa: BLE001 - the caller computes it where it needs it, and sees its error
-                    pass
+        try:
+            value = stock()
+        except BaseException as e:  # noqa: BLE001 - a waiting caller computes it and sees the error
+            undo()
+            done.set_exception(e)
+            return
+        if not values:
+            values.append(value)
+        undo()
+        done.set_result(value)
 
-    try:
-        submit(compute)
-    except RuntimeError:  # the executor is shutting down: the first call computes them, as stock
-        pass
+    func.cell_contents = waited  # type: ignore[union-attr]
+    compute.undo = undo  # type: ignore[attr-defined]
+    return compute
 
 
 @contextlib.contextmanager
