@@ -46,6 +46,7 @@ from . import (
     devices,
     dynamo,
     entry,
+    fx_cache,
     graphs,
     guards,
     isa,
@@ -136,7 +137,7 @@ from .triton import (
 FAMILIES = {"entry": entry, "triton": triton, "cpp": cpp, "codegen": codegen, "autotuner": autotuner,
             "autotune": autotune, "dynamo": dynamo, "guards": guards, "precompile": precompile, "devices": devices,
             "graphs": graphs, "autograd": autograd, "tuning": tuning, "isa": isa, "coordesc": coordesc,
-            "configs": configs}
+            "configs": configs, "fx_cache": fx_cache}
 
 # name -> (module, attribute path), every family's
 SEAMS: Seams = {name: seam for family in FAMILIES.values() for name, seam in family.SEAMS.items()}

@@ -188,7 +188,7 @@ def _scheme_class() -> type:
             except Exception as e:  # noqa: BLE001 - Ray unreachable, no slot: compiled here, counted
                 self.route.failed(e)
                 return here()
-            from .dynamo import bundling
+            from .fx_cache import bundling
 
             if backward and not bundling():
                 return PendingGraph(future, load, here, self.route)
