@@ -112,3 +112,25 @@ def test_each_sweep_from_a_new_best_is_compiled_ahead_and_the_pick_is_stocks() -
     here = [c for c, thread in compiled if not thread.startswith("raycompile-coordesc")]
     assert here == [str(baseline)], here  # only the start, timed first, as stock compiles it
     assert sum(counted) == len(compiled) - 1 > sent  # later sweeps were compiled ahead as well
+
+
+def test_a_candidate_dropped_before_it_began_is_never_compiled_nor_waited_for() -> None:
+    """A next-sweep candidate dropped (the tuner moved past it) while a prefetch thread was about to
+    take it: the take answers at once (the tuning compiles it itself), it does not wait for a
+    compile that will never run, and the job never begins."""
+    import time
+
+    from raycompile.wrapper.compat import coordesc
+
+    ran: list[int] = []
+    job = coordesc.EarlyCompile(lambda: ran.append(1) or ("hash", 0.1), speculative=True)
+    job.drop()
+    began = time.monotonic()
+    assert job.take() is None
+    assert time.monotonic() - began < 1.0
+    job.run()
+    assert ran == [] and not job.queued
+    begun = coordesc.EarlyCompile(lambda: ran.append(2) or ("hash", 0.1))
+    begun.run()
+    begun.drop()  # begun already: its result stands
+    assert begun.take() == ("hash", 0.1) and ran == [2]

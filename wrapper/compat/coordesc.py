@@ -166,7 +166,8 @@ class EarlyCompile:
         self._compile = compile
         self.speculative = speculative
         self._lock = threading.Lock()
-        self._state = "queued"  # -> "begun" (by a thread of AtLoad) or "taken" (by the tuning first)
+        # -> "begun" (by a thread of AtLoad), "taken" (by the tuning first) or "dropped" (never begun)
+        self._state = "queued"
         self._done = threading.Event()
         self._result: Any = None
 
@@ -184,7 +185,7 @@ class EarlyCompile:
 
     def take(self) -> Any:
         with self._lock:
-            if self._state == "queued":
+            if self._state in ("queued", "dropped"):  # never begun: nothing to wait for
                 self._state = "taken"
                 return None
         self._done.wait(COORDESC_WAIT_S)
@@ -193,7 +194,7 @@ class EarlyCompile:
     def drop(self) -> None:
         with self._lock:
             if self._state == "queued":
-                self._state = "taken"
+                self._state = "dropped"
 
     @property
     def queued(self) -> bool:
