@@ -270,9 +270,8 @@ class AtLoad:
             else:  # from a config the tuner has moved past: it never times this one now
                 job.drop()
                 early.pop(key, None)
-        queued = sum(self._queue_configs(kernel, found, [cfg for cfg in sweep if _config_key(cfg) not in skip],
-                                         workers, 0, batch, speculative=True)
-                     for sweep in sweeps)
+        todo = [cfg for sweep in sweeps for cfg in sweep if _config_key(cfg) not in skip]  # repeats: queued once
+        queued = self._queue_configs(kernel, found, todo, workers, 0, batch, speculative=True)
         if queued:
             self.speculated(queued)
         return queued
