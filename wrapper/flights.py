@@ -31,11 +31,11 @@ import struct
 import threading
 import time
 import weakref
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..cache import chunked
 from ..cache.inflight import OWNER, Claims, FlightClaim
 from ..observe.stats import Stats
 from . import compat
@@ -278,7 +278,7 @@ class Flights:
                         wait.unsaveable |= unsaveable
                         wait.trivial |= trivial
                         if data != wait.data:
-                            entry, wait.data = compat.precompile.loads(zlib.decompress(data)), data
+                            entry, wait.data = compat.precompile.loads(chunked.decompress(data)), data
                     if entry is not None:
                         wait.installed = compat.precompile.install_into(package, entry)
                         wait.frames = compat.precompile.frames_in(entry)

@@ -45,7 +45,6 @@ import logging
 import sys
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +52,7 @@ from typing import Any
 import torch
 
 from .._version import __version__
-from ..cache import Cache, Entry, keys
+from ..cache import Cache, Entry, chunked, keys
 from ..cache.inflight import Claims
 from ..cache.keys import FRAMES_GENERATIONS, frames_backward_note, frames_generation, frames_key
 from ..observe.stats import Stats
@@ -248,7 +247,7 @@ class FrameCache:
             if not isinstance(got, Entry):  # refused or corrupt: counted by the cache, never unpickled
                 continue
             try:
-                entry = compat.precompile.loads(zlib.decompress(got.blobs[BLOB]))
+                entry = compat.precompile.loads(chunked.decompress(got.blobs[BLOB]))
                 frames = compat.precompile.frames_in(entry)
             except Exception as e:  # noqa: BLE001 - any reason it does not install here: an older one, else trace
                 self.stats.add(dynamo_invalid=1)
@@ -334,7 +333,7 @@ class FrameCache:
         claim = getattr(self._route, "claim", None)
         if claim is not None:  # frames in flight, for this node's processes waiting on them
             entry, _ = compat.precompile.portable(entry)
-            data, frames = zlib.compress(compat.precompile.dumps(entry), 1), compat.precompile.frames_in(entry)
+            data, frames = chunked.compress(compat.precompile.dumps(entry)), compat.precompile.frames_in(entry)
             self._in_flight[sid] = (frames, data)
             claim.publish(pack(data, compat.precompile.flight_names(sid)), frames)
             return
@@ -351,7 +350,7 @@ class FrameCache:
                       known.label, dropped)
         # the frames this process compiled to nothing are named too: a waiter of its flight that
         # finds the flight over reads this entry, and skips them instead of waiting for them
-        blob = zlib.compress(compat.precompile.dumps(compat.precompile.with_trivial(entry, sid)), 1)
+        blob = chunked.compress(compat.precompile.dumps(compat.precompile.with_trivial(entry, sid)))
         frames = compat.precompile.frames_in(entry)
         # the first free generation: another process (a node's owner, say) may have written since the load
         later = [frames_generation(known.base, g) for g in range(known.next_generation, FRAMES_GENERATIONS)]

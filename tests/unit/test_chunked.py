@@ -1,0 +1,72 @@
+"""cache/chunked.py: compiled-frames entries as chunks of zlib, decompressed on several threads."""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import zlib
+
+import pytest
+
+from raycompile.cache import chunked
+
+
+def _data(size: int) -> bytes:
+    # compressible like a pickled entry (text and repeats), with random bytes in it (cubins)
+    block = b"def triton_poi_fused_add_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n" * 40
+    out = bytearray()
+    while len(out) < size:
+        out += block + os.urandom(512)
+    return bytes(out[:size])
+
+
+@pytest.mark.parametrize("size", [0, 1, chunked.CHUNK - 1, chunked.CHUNK, 3 * chunked.CHUNK + 12345])
+def test_what_is_compressed_comes_back_whole(size: int) -> None:
+    data = _data(size)
+    blob = chunked.compress(data)
+    assert blob.startswith(chunked.MAGIC)
+    (count,) = struct.unpack_from(">I", blob, len(chunked.MAGIC))
+    assert count == -(-size // chunked.CHUNK)  # one chunk per CHUNK bytes begun
+    assert chunked.decompress(blob) == data
+    if size > chunked.CHUNK:
+        assert len(blob) < size  # still compressed
+
+
+def test_a_plain_zlib_stream_written_before_this_format_still_loads() -> None:
+    data = _data(2 * chunked.CHUNK)
+    assert chunked.decompress(zlib.compress(data, 1)) == data
+
+
+def test_the_chunks_decompress_on_several_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The point of the format: more than one thread inflates a big entry's chunks."""
+    seen: set[int] = set()
+    real = zlib.decompress
+
+    def counting(b: bytes) -> bytes:
+        seen.add(threading.get_ident())
+        return real(b)
+
+    data = _data(6 * chunked.CHUNK)
+    blob = chunked.compress(data)
+    monkeypatch.setattr(chunked.zlib, "decompress", counting)  # looked up at call time
+    assert chunked.decompress(blob) == data
+    if (os.cpu_count() or 1) > 1:
+        assert len(seen) > 1, "every chunk was inflated on one thread"
+
+
+@pytest.mark.parametrize("cut", ["count", "sizes", "chunks", "flipped"])
+def test_damaged_bytes_raise_instead_of_loading_something_else(cut: str) -> None:
+    blob = bytearray(chunked.compress(_data(2 * chunked.CHUNK + 7)))
+    at = len(chunked.MAGIC)
+    if cut == "count":
+        bad = bytes(blob[:at + 2])
+    elif cut == "sizes":
+        bad = bytes(blob[:at + 4]) + b"\0\0"
+    elif cut == "chunks":
+        bad = bytes(blob[:-10])
+    else:  # a byte of the first chunk's stream changed (the tier's sha256 would refuse it first)
+        blob[at + 4 + 3 * 4 + 40] ^= 0xFF
+        bad = bytes(blob)
+    with pytest.raises((ValueError, zlib.error)):
+        chunked.decompress(bad)
