@@ -46,24 +46,25 @@ SEAMS: Seams = {
 def version_hashes_ahead(submit: Callable[..., Any]) -> None:
     """Have ``submit`` (I/O threads) compute the hashes of torch's and Triton's own source files
     that Inductor's cache keys and Triton's kernel loads ask for (``torch_key``, ``triton_key``:
-    every file read and hashed, 0.2 s and 0.4 s on an H100 host, once per process), so the first
-    call finds them cached instead of computing them on its thread. Reading and hashing mostly
-    release the GIL. The modules are imported here, on the caller's thread (the first call imports
-    them anyway): an import on another thread could deadlock with the caller's own imports. The
-    values are torch's and Triton's own, computed by their own functions and caches.
+    every file read and hashed, 0.1-0.2 s and 0.4 s on an H200 host when nothing else runs, once
+    per process), so the first call finds them cached instead of computing them on its thread. The
+    modules are imported here, on the caller's thread (the first call imports them anyway): an
+    import on another thread could deadlock with the caller's own imports. The values are torch's
+    and Triton's own, computed by their own functions.
 
-    A caller that asks for ``torch_key`` while it is being computed waits for that computation:
-    torch 2.13's cache does so itself (``prefetchable_cache``, under its lock); torch 2.11's has
-    no lock, and the first call computed it a second time beside the I/O thread (0.6 s of a GPT-2
-    step's warm first call on an H200, stop 54), so there its computing function is made to wait
-    until the value is in (``_torch_key_waited``)."""
+    A caller that asks for ``torch_key`` while the I/O thread computes it waits for it at most
+    ``KEY_WAIT_S``, then computes it itself, as stock does (``_key_ahead``). The I/O thread's
+    computation holds the GIL for a moment per file, and beside a busy main thread (Dynamo tracing)
+    each moment waits for the GIL: it took 8.2 s under max-autotune on an H200 host (stop 56),
+    where stock's main thread computes it in 0.1 s, and a first call that waited for it as long as
+    it took lost 2.0 s there."""
     try:
         from torch._inductor import codecache
         from torch._inductor.runtime import triton_compat
     except ImportError:
         return
     triton_key = getattr(triton_compat, "triton_key", None) if getattr(triton_compat, "HAS_TRITON", False) else None
-    computes = [_torch_key_waited(codecache.torch_key) or _quietly(codecache.torch_key)]
+    computes = [_key_ahead(codecache.torch_key) or _quietly(codecache.torch_key)]
     if triton_key is not None:
         computes.append(_quietly(triton_key))
     for compute in computes:
@@ -85,31 +86,50 @@ def _quietly(key: Callable[[], Any]) -> Callable[[], None]:
     return compute
 
 
-TORCH_KEY_WAIT_S = 30.0  # the first call's wait for the I/O thread's torch_key; then it computes it too, as stock
+# how long a caller of torch_key waits for the I/O thread's value before computing it itself, as
+# stock: about what computing it costs a main thread that has the GIL to itself (0.1-0.3 s)
+KEY_WAIT_S = 0.25
 
 
-def _torch_key_waited(torch_key: Any) -> Callable[[], None] | None:
-    """torch 2.11's ``torch_key`` (``codecache.torch_key_cache``: its value in a list ``_cache``
-    of the wrapper's closure, computed by ``func`` of the same closure, without a lock): returns
-    what computes the value on an I/O thread and puts it in that list, and, until it is in, makes
-    ``func`` a wait for it, so a caller meanwhile waits instead of computing it too. Where it fails,
-    the caller computes it, as stock does. ``func`` is stock's again once the value is in. None
-    where ``torch_key`` is not that cache (torch 2.13's waits by itself) or is computed already."""
-    cells = dict(zip(getattr(getattr(torch_key, "__code__", None), "co_freevars", ()),
-                     getattr(torch_key, "__closure__", None) or ()))
+def _key_ahead(key: Any) -> Callable[[], None] | None:
+    """``torch_key``'s cache computed on an I/O thread, its caller waiting for that at most
+    ``KEY_WAIT_S``: returns what computes the value with the cache's own function (``func`` of the
+    wrapper's closure) and puts it in the cache, and, until it is in, makes ``func`` a short wait
+    for it, after which the caller computes it as stock. The caches: torch 2.11's
+    (``codecache.torch_key_cache``: the value in the closure's list ``_cache``, no lock) and 2.13's
+    (``prefetchable_cache``: ``set``; the caller computes under its lock, so the I/O thread does
+    not take that lock while it computes). ``func`` is stock's again once the value is in. None
+    where ``torch_key`` is neither, or 2.11's holds its value already."""
+    cells = dict(zip(getattr(getattr(key, "__code__", None), "co_freevars", ()),
+                     getattr(key, "__closure__", None) or ()))
     func, cache = cells.get("func"), cells.get("_cache")
     try:
         stock, values = func.cell_contents, cache.cell_contents  # type: ignore[union-attr]
-    except (AttributeError, ValueError):  # another cache than 2.11's, or an empty cell
+    except (AttributeError, ValueError):  # another cache, or an empty cell
         return None
-    if not callable(stock) or not isinstance(values, list) or values:
+    if not callable(stock):
+        return None
+    if isinstance(values, list):  # 2.11
+        if values:
+            return None
+
+        def store(value: Any) -> None:
+            if not values:
+                values.append(value)
+    elif callable(getattr(key, "set", None)):  # 2.13
+        def store(value: Any) -> None:
+            try:
+                key.set(value)
+            except RuntimeError:  # the caller computed it first
+                pass
+    else:
         return None
     done: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
     def waited() -> Any:
         try:
-            return done.result(timeout=TORCH_KEY_WAIT_S)
-        except Exception:  # noqa: BLE001 - its computation failed or is late: computed here, as stock
+            return done.result(timeout=KEY_WAIT_S)
+        except Exception:  # noqa: BLE001 - its computation failed or is not done: computed here, as stock
             return stock()
 
     def undo() -> None:
@@ -123,10 +143,9 @@ def _torch_key_waited(torch_key: Any) -> Callable[[], None] | None:
             undo()
             done.set_exception(e)
             return
-        if not values:
-            values.append(value)
+        done.set_result(value)  # first: a 2.13 caller waits for it holding the lock that ``set`` takes
+        store(value)
         undo()
-        done.set_result(value)
 
     func.cell_contents = waited  # type: ignore[union-attr]
     compute.undo = undo  # type: ignore[attr-defined]
