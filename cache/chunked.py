@@ -24,15 +24,17 @@ LEVEL = 1  # zlib's fastest: decompression speed does not depend on it, and comp
 _COUNT = struct.Struct(">I")
 
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
+_pool_pid = 0  # the process that made it: a forked child has none of its threads, and makes its own
 _pool_lock = threading.Lock()
 
 
 def _threads() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
+    global _pool, _pool_pid
     with _pool_lock:
-        if _pool is None:
+        if _pool is None or _pool_pid != os.getpid():
             _pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=max(1, min(8, os.cpu_count() or 1)), thread_name_prefix="raycompile-zlib")
+            _pool_pid = os.getpid()
         return _pool
 
 

@@ -70,3 +70,21 @@ def test_damaged_bytes_raise_instead_of_loading_something_else(cut: str) -> None
         bad = bytes(blob)
     with pytest.raises((ValueError, zlib.error)):
         chunked.decompress(bad)
+
+
+def test_a_forked_child_decompresses_with_threads_of_its_own() -> None:
+    """A process forked after the threads started has none of them: it makes its own instead of
+    queueing chunks no thread will take (nothing hangs)."""
+    import multiprocessing
+
+    data = _data(3 * chunked.CHUNK)
+    blob = chunked.compress(data)
+    assert chunked.decompress(blob) == data  # the parent's threads exist now
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        result = pool.apply_async(_child_decompress, (blob,))
+        assert result.get(timeout=60) == len(data)
+
+
+def _child_decompress(blob: bytes) -> int:
+    return len(chunked.decompress(blob))
