@@ -38,18 +38,29 @@ def _threads() -> concurrent.futures.ThreadPoolExecutor:
         return _pool
 
 
+def _forked() -> None:  # the child: the parent's lock may have been held at the fork, its threads are gone
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
 def _map(fn, parts: list) -> list:  # type: ignore[no-untyped-def]
-    if len(parts) <= 1:
-        return [fn(p) for p in parts]
-    return list(_threads().map(fn, parts))
+    if len(parts) > 1:
+        try:
+            return list(_threads().map(fn, parts))
+        except RuntimeError:  # at interpreter exit (thread pools are shut down before atexit runs)
+            pass
+    return [fn(p) for p in parts]
 
 
 def compress(data: bytes) -> bytes:
     """``data`` as chunks of zlib (``decompress`` gives it back)."""
     view = memoryview(data)
     parts = _map(lambda b: zlib.compress(b, LEVEL), [view[i:i + CHUNK] for i in range(0, len(data), CHUNK)])
-    head = _COUNT.pack(len(parts)) + b"".join(_COUNT.pack(len(p)) for p in parts)
-    return MAGIC + head + b"".join(parts)
+    return b"".join([MAGIC, _COUNT.pack(len(parts)), *(_COUNT.pack(len(p)) for p in parts), *parts])
 
 
 def decompress(blob: bytes) -> bytes:

@@ -88,3 +88,26 @@ def test_a_forked_child_decompresses_with_threads_of_its_own() -> None:
 
 def _child_decompress(blob: bytes) -> int:
     return len(chunked.decompress(blob))
+
+
+def test_an_entry_written_at_interpreter_exit_is_still_compressed_and_read() -> None:
+    """A script that exits without ``disable()`` writes its frames from an ``atexit`` hook, after
+    Python shut its thread pools down: the chunks are then compressed on the calling thread."""
+    import subprocess
+    import sys
+
+    script = (
+        "import atexit, os\n"
+        "from raycompile.cache import chunked\n"
+        "def last():\n"
+        "    data = os.urandom(1 << 20) * 10\n"
+        "    chunked.decompress(chunked.compress(b'warm-up'))\n"
+        "    assert chunked.decompress(chunked.compress(data)) == data\n"
+        "    print('written at exit', flush=True)\n"
+        "atexit.register(last)\n"
+        "data = os.urandom(1 << 20) * 10\n"
+        "assert chunked.decompress(chunked.compress(data)) == data  # the threads start here\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "written at exit" in done.stdout, done.stderr

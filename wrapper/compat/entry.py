@@ -110,19 +110,29 @@ def _key_ahead(key: Any) -> Callable[[], None] | None:
     if not callable(stock):
         return None
     if isinstance(values, list):  # 2.11
-        if values:
-            return None
+
+        def cached() -> bool:
+            return bool(values)
 
         def store(value: Any) -> None:
             if not values:
                 values.append(value)
-    elif callable(getattr(key, "set", None)):  # 2.13
+    elif callable(getattr(key, "set", None)):  # 2.13: unset, ``_cache`` holds the module's bare ``object()``
+        lock = cells.get("_lock")
+
+        def cached() -> bool:
+            return type(cache.cell_contents) is not object  # type: ignore[union-attr]
+
         def store(value: Any) -> None:
+            if lock is not None and lock.cell_contents.locked():  # the caller computes it, and caches its own
+                return
             try:
                 key.set(value)
             except RuntimeError:  # the caller computed it first
                 pass
     else:
+        return None
+    if cached():
         return None
     done: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
@@ -137,6 +147,10 @@ def _key_ahead(key: Any) -> Callable[[], None] | None:
             func.cell_contents = stock  # type: ignore[union-attr]
 
     def compute() -> None:
+        if cached():  # the caller computed it while this waited in the I/O queue
+            undo()
+            done.cancel()
+            return
         try:
             value = stock()
         except BaseException as e:  # noqa: BLE001 - a waiting caller computes it and sees the error
