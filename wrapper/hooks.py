@@ -118,6 +118,9 @@ class Router:
         self.stats = stats
         self.versions = Versions.here()
         self._stock_process_pool = stock_process_pool
+        # the stock factory is an lru_cache, which two threads' first calls would each run: one
+        # pool started and lost (the warm-up runs on an I/O thread while Inductor's jobs come)
+        self._pool_lock = threading.RLock()
         self._stock_submit = stock_submit
         self._pid = os.getpid()
         self._warned = False
@@ -164,12 +167,17 @@ class Router:
                 ready: Future[Any] = Future()
                 ready.set_result(fn(*args))
                 return ready
-            return self._stock_process_pool().submit(fn, *args)  # not a compile: stock pool
+            return self._pool().submit(fn, *args)  # not a compile: stock pool
         if expected is not None and expected != job.key:
             self._key_mismatch(job, expected)
         if self.on_triton_job is not None:
             self.on_triton_job()  # on Inductor's thread: it reads the compile's config
-        return self._route(job, lambda: self._stock_process_pool().submit(fn, *args))
+        return self._route(job, lambda: self._pool().submit(fn, *args))
+
+    def _pool(self) -> Any:
+        """Inductor's own compile pool (started at the first call, once)."""
+        with self._pool_lock:
+            return self._stock_process_pool()
 
     def compile_processes(self) -> Any | None:
         """This node's compile workers (Inductor's process pool) where they run already, for work
@@ -178,7 +186,7 @@ class Router:
         minute idle counts as running: the first candidate starts its workers again."""
         if os.getpid() != self._pid:  # a forked child: the pool and its pipes are the parent's
             return None
-        return self._stock_process_pool() if compat.pool_started(self._stock_process_pool) else None
+        return self._pool() if compat.pool_started(self._stock_process_pool) else None
 
     def start_compiling(self) -> None:
         """A graph compile starts (the session's gate on Inductor's backend). Inductor probes its
@@ -210,7 +218,7 @@ class Router:
                     farm, _ = self._wait_farm()
                     if farm is not None and not self._compiles_here(farm):
                         return  # jobs go to Ray: the stock pool is only the fallback's
-                pool = self._stock_process_pool()
+                pool = self._pool()
                 compat.wake_pool(pool)
                 self._pool_answers(pool)
             except Exception as e:  # noqa: BLE001 - the first job starts the pool then, as before
@@ -307,7 +315,7 @@ class Router:
         self.stats.add(jobs_local=1)
         try:
             if isinstance(job, TritonJob):
-                pool = self._stock_process_pool()
+                pool = self._pool()
                 if self._in_process_now(pool, job):  # on an I/O thread: never a coordinator's, say
                     self._io_or_here(self._compile_in_process, job, out, local, key)
                     return

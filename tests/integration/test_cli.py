@@ -20,7 +20,7 @@ def run(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> 
 
 # both extended (docs/testing.md): the 70 kernels of the corpus take two minutes of CI's run; the CLI
 # cross-compiling real kernels for an arch, checked in the cubins' metadata, is
-# test_compile_kernels_on_a_real_inductor_cache_dir, and a failing kernel test_a_broken_kernel_fails_the_run
+# test_compile_kernels_on_a_real_inductor_cache_dir, with a failing kernel
 @pytest.mark.slow
 @pytest.mark.extended
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -37,6 +37,7 @@ def test_compile_kernels_cross_compiles_the_corpus(arch: str, corpus: pathlib.Pa
     assert metas and {m["target"]["arch"] for m in metas} == {int(arch[3:])}
 
 
+@pytest.mark.extended  # left out of CI's run (docs/testing.md): test_compile_kernels_on_a_real_inductor_cache_dir has a broken kernel too
 def test_a_broken_kernel_fails_the_run(corpus: pathlib.Path, tmp_path: pathlib.Path) -> None:
     good = sorted(corpus.glob("*.py"))[1]
     bad = tmp_path / "broken.py"
@@ -50,7 +51,7 @@ def test_a_broken_kernel_fails_the_run(corpus: pathlib.Path, tmp_path: pathlib.P
 GOLDEN = pathlib.Path(__file__).parents[1] / "fixtures" / "golden"
 
 
-@pytest.mark.extended  # left out of CI's run (docs/testing.md): a failing kernel: test_a_broken_kernel_fails_the_run
+@pytest.mark.extended  # left out of CI's run (docs/testing.md): a failing kernel: test_compile_kernels_on_a_real_inductor_cache_dir
 def test_output_modules_are_skipped_and_only_kernels_fail(inductor_cache: pathlib.Path, tmp_path: pathlib.Path) -> None:
     """A directory as Inductor leaves one: output modules (stock's, from a real CUDA step, and
     raycompile's own), a kernel, a broken kernel and a file that is none. Exactly one failure, the
@@ -80,11 +81,23 @@ def test_output_modules_are_skipped_and_only_kernels_fail(inductor_cache: pathli
 @pytest.mark.parametrize("arch", ["sm_80"])  # not the arch the sources record (sm_90): retargeted
 def test_compile_kernels_on_a_real_inductor_cache_dir(arch: str, inductor_cache: pathlib.Path,
                                                      tmp_path: pathlib.Path) -> None:
+    """The cache dir's 7 kernels and its 2 output modules, with a broken copy of one kernel beside
+    them: the 7 are compiled for ``arch``, the broken one fails the run (exit 1), named."""
+    work = tmp_path / "cache"
+    work.mkdir()
+    for p in inductor_cache.glob("*.py"):
+        (work / p.name).write_text(p.read_text())
+    kernel = next(p for p in sorted(inductor_cache.glob("*.py")) if "def call(" not in p.read_text())
+    name = re.search(r"^def (\w+)\(", kernel.read_text(), re.M).group(1)  # type: ignore[union-attr]
+    broken = kernel.read_text().replace(name, "triton_broken_on_purpose")
+    (work / "broken.py").write_text(re.sub(r"(@triton\.jit\ndef \w+\(.*\):\n)", r"\1    x = = 1\n", broken, count=1))
     out = tmp_path / "triton-cache"
-    proc = run("compile-kernels", str(inductor_cache), "--arch", arch, "--out", str(out), "--num-cpus", "2")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert re.search(r"^compiled 7 kernels \(0 failed\) in [\d.]+ s on 2 workers$", proc.stdout, re.M), proc.stdout
-    assert "skipped 2 Inductor output modules" in proc.stdout and "FAILED" not in proc.stdout
+    proc = run("compile-kernels", str(work), "--arch", arch, "--out", str(out), "--num-cpus", "2")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert re.search(r"^compiled 8 kernels \(1 failed\) in [\d.]+ s on 2 workers$", proc.stdout, re.M), proc.stdout
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
+    assert len(failed) == 1 and failed[0].startswith("FAILED triton_broken_on_purpose"), proc.stdout
+    assert "SyntaxError" in failed[0] and "skipped 2 Inductor output modules" in proc.stdout, proc.stdout
     metas = [json.loads(p.read_text()) for p in out.glob("*/*.json") if not p.name.startswith("__grp__")]
     assert len(list(out.glob("*/*.cubin"))) >= 7
     assert metas and {m["target"]["arch"] for m in metas} == {int(arch[3:])}

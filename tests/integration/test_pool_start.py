@@ -89,3 +89,29 @@ def test_a_max_autotune_kernel_waits_for_the_workers(corpus: pathlib.Path, held:
     finally:
         held.start()
         router.close()
+
+
+def test_the_workers_are_started_once_when_threads_ask_for_them_at_once() -> None:
+    """Inductor's pool factory is an ``lru_cache``, which runs its function for each thread that
+    calls it before the first call returned: the Router's warm-up (an I/O thread) and a job asking
+    at once would each start a pool, one of them lost with its processes. A slow factory stands in
+    for the pool's start (it computes torch's source hash first); the Router must call it once."""
+    import functools
+    import threading
+
+    started: list[object] = []
+
+    @functools.lru_cache(1)
+    def factory() -> object:
+        time.sleep(0.5)
+        started.append(object())
+        return started[-1]
+
+    router = Router(CompilesHere(), Stats(), factory, lambda task: task())
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(router._pool())) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(started) == 1 and len(got) == 4 and all(g is started[0] for g in got), (started, got)

@@ -99,6 +99,7 @@ def test_a_new_process_on_another_node_warm_starts(two_nodes: str, shared: str, 
     assert torch.equal(a_out, b_out)
 
 
+@pytest.mark.extended  # left out of CI's run (docs/testing.md): test_frames.py::test_a_changed_entry_is_never_loaded
 def test_a_tampered_shared_entry_is_refused_and_recompiled(two_nodes: str, tmp_path: pathlib.Path) -> None:
     shared_dir = tmp_path / "shared"
     a_stats, a_out = compile_model(str(tmp_path / "local-a"), f"file://{shared_dir}")
