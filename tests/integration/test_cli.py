@@ -37,7 +37,8 @@ def test_compile_kernels_cross_compiles_the_corpus(arch: str, corpus: pathlib.Pa
     assert metas and {m["target"]["arch"] for m in metas} == {int(arch[3:])}
 
 
-@pytest.mark.extended  # left out of CI's run (docs/testing.md): test_compile_kernels_on_a_real_inductor_cache_dir has a broken kernel too
+# extended (docs/testing.md): test_compile_kernels_on_a_real_inductor_cache_dir has a broken kernel too
+@pytest.mark.extended
 def test_a_broken_kernel_fails_the_run(corpus: pathlib.Path, tmp_path: pathlib.Path) -> None:
     good = sorted(corpus.glob("*.py"))[1]
     bad = tmp_path / "broken.py"
@@ -51,7 +52,8 @@ def test_a_broken_kernel_fails_the_run(corpus: pathlib.Path, tmp_path: pathlib.P
 GOLDEN = pathlib.Path(__file__).parents[1] / "fixtures" / "golden"
 
 
-@pytest.mark.extended  # left out of CI's run (docs/testing.md): a failing kernel: test_compile_kernels_on_a_real_inductor_cache_dir
+# extended (docs/testing.md): a failing kernel beside output modules: test_compile_kernels_on_a_real_inductor_cache_dir
+@pytest.mark.extended
 def test_output_modules_are_skipped_and_only_kernels_fail(inductor_cache: pathlib.Path, tmp_path: pathlib.Path) -> None:
     """A directory as Inductor leaves one: output modules (stock's, from a real CUDA step, and
     raycompile's own), a kernel, a broken kernel and a file that is none. Exactly one failure, the
