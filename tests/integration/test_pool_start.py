@@ -115,3 +115,29 @@ def test_the_workers_are_started_once_when_threads_ask_for_them_at_once() -> Non
     for t in threads:
         t.join(30)
     assert len(started) == 1 and len(got) == 4 and all(g is started[0] for g in got), (started, got)
+
+
+def test_a_kernel_compiled_here_leaves_the_kernel_inductor_reloads_whole(
+        corpus: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job compiled in the driver (``Toolchain.compile_triton_here``) pickles the kernel of
+    Inductor's own module cache, which Inductor's reload of that kernel in this process returns
+    (coordinate descent's first run reloads it). The pickle empties its Triton function; left so,
+    coordinate descent's first compile of a config failed on an H200 (the function's hash lock was
+    None). Real Triton cross-compiling for sm_90 on this CPU box."""
+    import pickle
+    import re
+    import threading
+
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    source = (corpus / KERNEL).read_text()
+    name = re.search(r"^def (\w+)\(", source, re.M).group(1)  # type: ignore[union-attr]
+    payload, files = compat.TOOLCHAIN.compile_triton_here(name, source)
+    sent = pickle.loads(payload)
+    assert sent.fn.fn is None and files  # pickled as a worker's job returns it, with its cache group
+    reloaded = _load_triton_kernel_from_source(name, source)  # what Inductor's reload in this process returns
+    assert reloaded.fn.fn is not None and reloaded.fn.__globals__ is not None
+    assert isinstance(reloaded.fn._hash_lock, type(threading.RLock()))
+    assert reloaded.fn.cache_key  # what triton.compile asks of it for each config coordinate descent compiles

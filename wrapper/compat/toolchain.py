@@ -26,8 +26,7 @@ class InductorToolchain:
         return pickle.dumps(kernel), triton.cache_group_blobs(kernel)
 
     def compile_triton_here(self, kernel_name: str, source: str) -> tuple[bytes, dict[str, bytes]]:
-        kernel = triton.compile_here(kernel_name, source)
-        return pickle.dumps(kernel), triton.cache_group_blobs(kernel)
+        return triton.compile_here(kernel_name, source)
 
     def compile_triton_config(self, kernel_name: str, source: str, index: int, extra_env: dict[str, str],
                               extra_config: dict[str, Any], config_locks: str, key: str) -> float:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import pickle
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -27,6 +28,10 @@ CHECKED_ON = ("2.11.0", "2.13.0", "2.15.0")
 
 SEAMS: Seams = {
     "_load_triton_kernel_from_source": ("torch._inductor.codecache", "_load_triton_kernel_from_source"),
+    "CachingAutotuner.prepare_for_pickle": (
+        "torch._inductor.runtime.triton_heuristics", "CachingAutotuner.prepare_for_pickle"),
+    "CachingAutotuner.restore_after_unpickle": (
+        "torch._inductor.runtime.triton_heuristics", "CachingAutotuner.restore_after_unpickle"),
     "_worker_compile_triton": ("torch._inductor.runtime.compile_tasks", "_worker_compile_triton"),
     "_set_triton_ptxas_path": ("torch._inductor.runtime.compile_tasks", "_set_triton_ptxas_path"),
     "triton_helpers.set_driver_to_gpu": ("torch._inductor.runtime.triton_helpers", "set_driver_to_gpu"),
@@ -260,17 +265,27 @@ def compile_for_target(kernel_name: str, source: str, extra_env: dict[str, str],
     return kernel
 
 
-def compile_here(kernel_name: str, source: str) -> Any:
+def compile_here(kernel_name: str, source: str) -> tuple[bytes, dict[str, bytes]]:
     """Compile every config of an Inductor Triton kernel module in this process, as
     ``AsyncCompile.triton`` compiles in the driver while its compile workers start: the process's
     own env, config and ptxas (a worker's job applies the driver's; here they are the driver's),
-    and Python's line cache left alone (a worker clears its own). Returns the kernel ready to
-    pickle, as a worker's job returns it."""
+    and Python's line cache left alone (a worker clears its own). Returns the kernel pickled as a
+    worker's job returns it, and its Triton cache group.
+
+    The kernel is the one Inductor's module cache holds for ``source`` (``PyCodeCache``), and the
+    object Inductor's reload of the kernel in this process returns (coordinate descent's first
+    run reloads it). ``prepare_for_pickle`` empties its Triton function (its ``fn``, its hash
+    lock), so it is restored after the pickle, as Inductor's bundler restores a kernel it pickles:
+    left empty, coordinate descent's first compile of a config failed on an H200 (``'NoneType'
+    object does not support the context manager protocol``, stop 57)."""
     with target_driver(source):
         kernel = _load_kernel(kernel_name, source)
         kernel.precompile(warm_cache_only=True)
-    kernel.prepare_for_pickle()
-    return kernel
+    saved = kernel.prepare_for_pickle()
+    try:
+        return pickle.dumps(kernel), cache_group_blobs(kernel)
+    finally:
+        kernel.restore_after_unpickle(saved)
 
 
 def config_is_current(extra_config: dict[str, Any]) -> bool:
