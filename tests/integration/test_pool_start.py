@@ -141,3 +141,4 @@ def test_a_kernel_compiled_here_leaves_the_kernel_inductor_reloads_whole(
     assert reloaded.fn.fn is not None and reloaded.fn.__globals__ is not None
     assert isinstance(reloaded.fn._hash_lock, type(threading.RLock()))
     assert reloaded.fn.cache_key  # what triton.compile asks of it for each config coordinate descent compiles
+

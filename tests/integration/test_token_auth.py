@@ -158,10 +158,9 @@ def client_logs(m: Machine) -> str:
                      for p in sorted(logs.glob("ray_client_server*")) if p.stat().st_size)
 
 
-# "auto" and "ray://": extended (docs/testing.md): Ray resolves "auto" as it resolves no address,
-# from the cluster file of this machine; Ray Client's join ("ray://", 80 s of CI's run, and the
-# other joins of the fixture slowed beside it) sends the token as host:port's does (RAY_AUTH_MODE=token)
-@pytest.mark.parametrize("how", [pytest.param(how, marks=pytest.mark.extended) if how in ("auto", "ray://") else how
+# "auto": extended (docs/testing.md): Ray resolves it as it resolves no address, from the
+# cluster file of this machine
+@pytest.mark.parametrize("how", [pytest.param(how, marks=pytest.mark.extended) if how == "auto" else how
                                  for how in TOKEN_WAYS])
 def test_a_token_cluster_is_joined_as_ray_init_joins_it(authenticated: Machine, token_joins: dict, how: str) -> None:
     """No address and ``auto`` with Ray's defaults; ``host:port`` and Ray Client (``ray://``) with
