@@ -89,15 +89,22 @@ def stock_steps(done: Callable[[], dict[str, Any]]) -> dict[tuple[str, str], tup
     return stock
 
 
+def compile_then_load(tmp_path: pathlib.Path, part: str) -> tuple[dict[tuple[str, str], tuple[torch.Tensor, int]],
+                                                                   dict[str, Any], dict[str, Any]]:
+    """Stock (every step) beside a farm process running ``part`` (``full`` or ``first``) into a
+    shared tier of its own; then a farm process running every step, loading from that tier."""
+    tier = f"file://{tmp_path / ('shared-' + part)}"
+    stock_done = start(tmp_path / "stock", "stock", "full")
+    compiling = run(tmp_path / f"compiling-{part}", "farm", part, tier)
+    stock = stock_steps(stock_done)
+    return stock, compiling, run(tmp_path / f"loading-{part}", "farm", "full", tier)
+
+
 def test_compiled_frames_notice_what_stock_notices(tmp_path: pathlib.Path) -> None:
     """A process compiles each scenario's first step and writes it; a process that loads that
     entry meets every change: it traces at exactly the steps where stock traces (a guard lost in
     the entry would let a changed call run the old frame), with stock's outputs, bitwise."""
-    first = f"file://{tmp_path / 'shared-first'}"
-    stock_done = start(tmp_path / "stock", "stock", "full")
-    compiling = run(tmp_path / "first", "farm", "first", first)
-    stock = stock_steps(stock_done)
-    later = run(tmp_path / "later", "farm", "full", first)
+    stock, compiling, later = compile_then_load(tmp_path, "first")
     check("first", compiling, stock)
     check("loading, then changed", later, stock)
 
@@ -112,11 +119,7 @@ def test_compiled_frames_notice_what_stock_notices(tmp_path: pathlib.Path) -> No
 # traces) and a process that loads every step's frames; CI's run meets every change after a load
 @pytest.mark.extended
 def test_a_process_that_compiled_every_step_and_one_that_loads_it_trace_as_they_should(tmp_path: pathlib.Path) -> None:
-    full = f"file://{tmp_path / 'shared-full'}"
-    stock_done = start(tmp_path / "stock", "stock", "full")
-    compiling = run(tmp_path / "compiling", "farm", "full", full)
-    stock = stock_steps(stock_done)
-    loading = run(tmp_path / "loading", "farm", "full", full)
+    stock, compiling, loading = compile_then_load(tmp_path, "full")
     check("compiling", compiling, stock)
     check("loading", loading, stock)
     w = loading["stats"]
