@@ -142,3 +142,37 @@ def test_a_kernel_compiled_here_leaves_the_kernel_inductor_reloads_whole(
     assert isinstance(reloaded.fn._hash_lock, type(threading.RLock()))
     assert reloaded.fn.cache_key  # what triton.compile asks of it for each config coordinate descent compiles
 
+
+
+@pytest.mark.parametrize("config_locks", [False, True], ids=["job", "job-with-config-locks"])
+def test_a_worker_that_compiled_a_kernel_compiles_its_candidates(
+        corpus: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, config_locks: bool) -> None:
+    """A compile worker runs a kernel's job (``Toolchain.compile_triton``: Inductor's own worker job,
+    which empties the kernel of the worker's module cache for its pickle), then a coordinate-descent
+    candidate of the same kernel (``compile_config_for_target``), as a worker of the farm does. The
+    candidate loads the kernel from that module cache; left empty, its compile failed (a review,
+    stop 57). This process plays the worker. Real Triton cross-compiling for sm_90 on this CPU box."""
+    import pickle
+    import re
+
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+
+    from raycompile.wrapper.compat.triton import compile_config_for_target
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    source = (corpus / KERNEL).read_text()
+    name = re.search(r"^def (\w+)\(", source, re.M).group(1)  # type: ignore[union-attr]
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    payload, files = compat.TOOLCHAIN.compile_triton(name, source, {}, {}, str(locks) if config_locks else "",
+                                                     "k1" if config_locks else "")
+    sent = pickle.loads(payload)
+    assert sent.fn.fn is None and files  # pickled as Inductor's worker job returns it
+    assert "_precompile_config" not in sent.__dict__ and "prepare_for_pickle" not in sent.__dict__
+    kernel = _load_triton_kernel_from_source(name, source)  # what the candidate's compile loads here
+    first = kernel.compile_results[0].config
+    candidate = triton.Config(dict(first.kwargs), num_warps=first.num_warps * 2, num_stages=first.num_stages)
+    binary, seconds = compile_config_for_target(name, source, candidate, {}, {})
+    assert binary and seconds > 0
+    assert kernel.fn.fn is not None and "prepare_for_pickle" not in kernel.__dict__

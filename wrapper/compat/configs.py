@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._base import Seams
-from .triton import _load_kernel, _worker_env, compile_for_target, target_driver
+from .triton import _load_kernel, _worker_env, compile_pickled, target_driver
 
 CHECKED_ON = ("2.11.0", "2.13.0")
 
@@ -73,17 +73,17 @@ def with_config_locks(load: Callable[[], Any], config_locks: str, key: str) -> A
 
 
 def compile_with_config_locks(kernel_name: str, source: str, extra_env: dict[str, str],
-                              extra_config: dict[str, Any], config_locks: str, key: str) -> Any:
-    """``compile_for_target`` with each config compiled under its lock in ``config_locks``
+                              extra_config: dict[str, Any], config_locks: str,
+                              key: str) -> tuple[bytes, dict[str, bytes]]:
+    """``compile_pickled`` with each config compiled under its lock in ``config_locks``
     (``config_lock``), so a config that another worker compiles at once (``compile_config_at``)
     is waited for and then found in Triton's cache; the kernel's ``done`` mark is left there at the
-    end, whatever happened."""
+    end, whatever happened. The lock's wrapper is set on the kernel's instance only, and taken off
+    before the pickle."""
     load = functools.partial(with_config_locks, functools.partial(_load_kernel, kernel_name, source),
                              config_locks, key)
     try:
-        kernel = compile_for_target(kernel_name, source, extra_env, extra_config, load)
-        kernel.__dict__.pop("_precompile_config", None)  # the lock's wrapper, set on this instance only
-        return kernel
+        return compile_pickled(kernel_name, source, extra_env, extra_config, load)
     finally:
         with contextlib.suppress(OSError):
             open(done_mark(config_locks, key), "wb").close()

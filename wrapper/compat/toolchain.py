@@ -5,7 +5,6 @@ Ray worker imports this module, not a copy of it)."""
 from __future__ import annotations
 
 import contextlib
-import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,11 +18,9 @@ class InductorToolchain:
                        extra_config: dict[str, Any], config_locks: str = "",
                        key: str = "") -> tuple[bytes, dict[str, bytes]]:
         if config_locks:
-            kernel = configs.compile_with_config_locks(kernel_name, source, extra_env, extra_config,
-                                                       config_locks, key)
-        else:
-            kernel = triton.compile_for_target(kernel_name, source, extra_env, extra_config)
-        return pickle.dumps(kernel), triton.cache_group_blobs(kernel)
+            return configs.compile_with_config_locks(kernel_name, source, extra_env, extra_config,
+                                                     config_locks, key)
+        return triton.compile_pickled(kernel_name, source, extra_env, extra_config)
 
     def compile_triton_here(self, kernel_name: str, source: str) -> tuple[bytes, dict[str, bytes]]:
         return triton.compile_here(kernel_name, source)

@@ -265,6 +265,46 @@ def compile_for_target(kernel_name: str, source: str, extra_env: dict[str, str],
     return kernel
 
 
+def compile_pickled(kernel_name: str, source: str, extra_env: dict[str, str], extra_config: dict[str, Any],
+                    load: Callable[[], Any] | None = None) -> tuple[bytes, dict[str, bytes]]:
+    """``compile_for_target`` in a compile worker, the kernel pickled as Inductor's worker job
+    returns it, with its Triton cache group; then the kernel made whole again.
+
+    Inductor's job (``_worker_compile_triton``) empties the kernel for its pickle
+    (``prepare_for_pickle``) and drops what it took out. That kernel is the one the worker's module
+    cache holds for ``source``, so a coordinate-descent candidate or a config of the same kernel
+    sent later to this worker (``compile_config_for_target``, ``configs.compile_config_at``) loaded
+    an empty Triton function and failed there (a review, stop 57). Here the job's own
+    ``prepare_for_pickle`` is watched for what it takes out, and that is put back after the pickle,
+    as ``compile_here`` and Inductor's bundler do. ``load``: as ``compile_for_target``'s."""
+    base = load or functools.partial(_load_kernel, kernel_name, source)
+    loaded: list[Any] = []
+    saved: list[Any] = []
+
+    def load_watched() -> Any:
+        kernel = base()
+        loaded.append(kernel)
+
+        def prepare_for_pickle() -> Any:
+            saved.append(type(kernel).prepare_for_pickle(kernel))
+            return saved[-1]
+
+        kernel.prepare_for_pickle = prepare_for_pickle  # read by the job as kernel.prepare_for_pickle()
+        return kernel
+
+    try:
+        kernel = compile_for_target(kernel_name, source, extra_env, extra_config, load_watched)
+    finally:
+        for k in loaded:  # the watches, and a load's own wrappers, are this instance's only
+            k.__dict__.pop("prepare_for_pickle", None)
+            k.__dict__.pop("_precompile_config", None)
+    try:
+        return pickle.dumps(kernel), cache_group_blobs(kernel)
+    finally:
+        if saved:
+            kernel.restore_after_unpickle(saved[-1])
+
+
 def compile_here(kernel_name: str, source: str) -> tuple[bytes, dict[str, bytes]]:
     """Compile every config of an Inductor Triton kernel module in this process, as
     ``AsyncCompile.triton`` compiles in the driver while its compile workers start: the process's
