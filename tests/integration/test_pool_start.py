@@ -176,3 +176,54 @@ def test_a_worker_that_compiled_a_kernel_compiles_its_candidates(
     binary, seconds = compile_config_for_target(name, source, candidate, {}, {})
     assert binary and seconds > 0
     assert kernel.fn.fn is not None and "prepare_for_pickle" not in kernel.__dict__
+
+
+def test_two_jobs_of_one_kernel_on_threads_leave_it_whole(
+        corpus: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two compiles of one kernel's source at once in one process (threads): the second would
+    load the kernel the first has emptied for its pickle, save those empty values, and put them
+    back last (a review, stop 58). They take turns. The jobs' pickles are slowed, so that without
+    the turns the second starts while the kernel is empty and finishes last. Real Triton, sm_90."""
+    import re
+    import threading
+
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+
+    from raycompile.wrapper.compat import triton as compat_triton
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    source = (corpus / KERNEL).read_text()
+    name = re.search(r"^def (\w+)\(", source, re.M).group(1)  # type: ignore[union-attr]
+    stock_blobs = compat_triton.cache_group_blobs
+    first_pickling = threading.Event()
+    calls: list[int] = []
+
+    def slow_blobs(kernel: object) -> dict[str, bytes]:
+        calls.append(1)
+        if len(calls) == 1:
+            first_pickling.set()
+            time.sleep(1.0)  # the first job holds the kernel emptied here ...
+        else:
+            time.sleep(2.0)  # ... and the second puts back what it saved after the first
+        return stock_blobs(kernel)
+
+    monkeypatch.setattr(compat_triton, "cache_group_blobs", slow_blobs)
+    errors: list[BaseException] = []
+
+    def job(wait: bool) -> None:
+        if wait:
+            first_pickling.wait(60)
+        try:
+            compat_triton.compile_pickled(name, source, {}, {})
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=job, args=(False,)), threading.Thread(target=job, args=(True,))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and len(calls) == 2, (errors, calls)
+    kernel = _load_triton_kernel_from_source(name, source)
+    assert kernel.fn.fn is not None and isinstance(kernel.fn._hash_lock, type(threading.RLock()))

@@ -272,11 +272,32 @@ def compile_pickled(kernel_name: str, source: str, extra_env: dict[str, str], ex
 
     Inductor's job (``_worker_compile_triton``) empties the kernel for its pickle
     (``prepare_for_pickle``) and drops what it took out. That kernel is the one the worker's module
-    cache holds for ``source``, so a coordinate-descent candidate or a config of the same kernel
-    sent later to this worker (``compile_config_for_target``, ``configs.compile_config_at``) loaded
-    an empty Triton function and failed there (a review, stop 57). Here the job's own
-    ``prepare_for_pickle`` is watched for what it takes out, and that is put back after the pickle,
-    as ``compile_here`` and Inductor's bundler do. ``load``: as ``compile_for_target``'s."""
+    cache holds for ``source``, so a coordinate-descent candidate of the same kernel sent later to
+    this worker (``compile_config_for_target``) loaded an empty Triton function and failed there (a
+    review, stop 57). Here the job's own ``prepare_for_pickle`` is watched for what it takes out,
+    and that is put back after the pickle, as ``compile_here`` and Inductor's bundler do. Two jobs of
+    one source in one process (threads) take turns: each would otherwise save what the other
+    emptied. ``load``: as ``compile_for_target``'s."""
+    with _source_lock(source):
+        return _compile_pickled(kernel_name, source, extra_env, extra_config, load)
+
+
+_SOURCE_LOCKS = [threading.Lock() for _ in range(64)]  # striped: two sources may share one, harmlessly
+
+
+def _source_lock(source: str) -> threading.Lock:
+    return _SOURCE_LOCKS[hash(source) % len(_SOURCE_LOCKS)]
+
+
+def _source_locks_after_fork() -> None:
+    _SOURCE_LOCKS[:] = [threading.Lock() for _ in range(len(_SOURCE_LOCKS))]  # a parent's thread may hold one
+
+
+os.register_at_fork(after_in_child=_source_locks_after_fork)
+
+
+def _compile_pickled(kernel_name: str, source: str, extra_env: dict[str, str], extra_config: dict[str, Any],
+                     load: Callable[[], Any] | None) -> tuple[bytes, dict[str, bytes]]:
     base = load or functools.partial(_load_kernel, kernel_name, source)
     loaded: list[Any] = []
     saved: list[Any] = []
