@@ -319,11 +319,17 @@ def _compile_pickled(kernel_name: str, source: str, extra_env: dict[str, str], e
         for k in loaded:  # the watches, and a load's own wrappers, are this instance's only
             k.__dict__.pop("prepare_for_pickle", None)
             k.__dict__.pop("_precompile_config", None)
+    return _pickled_then_restored(kernel, saved[-1] if saved else None)
+
+
+def _pickled_then_restored(kernel: Any, saved: Any) -> tuple[bytes, dict[str, bytes]]:
+    """``kernel`` (emptied by ``prepare_for_pickle``, which returned ``saved``) pickled with its
+    Triton cache group, then made whole again (nothing to put back where ``saved`` is None)."""
     try:
         return pickle.dumps(kernel), cache_group_blobs(kernel)
     finally:
-        if saved:
-            kernel.restore_after_unpickle(saved[-1])
+        if saved is not None:
+            kernel.restore_after_unpickle(saved)
 
 
 def compile_here(kernel_name: str, source: str) -> tuple[bytes, dict[str, bytes]]:
@@ -342,11 +348,7 @@ def compile_here(kernel_name: str, source: str) -> tuple[bytes, dict[str, bytes]
     with target_driver(source):
         kernel = _load_kernel(kernel_name, source)
         kernel.precompile(warm_cache_only=True)
-    saved = kernel.prepare_for_pickle()
-    try:
-        return pickle.dumps(kernel), cache_group_blobs(kernel)
-    finally:
-        kernel.restore_after_unpickle(saved)
+    return _pickled_then_restored(kernel, kernel.prepare_for_pickle())
 
 
 def config_is_current(extra_config: dict[str, Any]) -> bool:
