@@ -34,11 +34,12 @@ class AutotuneSession:
     ``gpu_pool()`` waits for Ray, None without it; ``started_gpu_pool()`` never waits), so nothing
     here waits for Ray until a benchmark needs the actors; default: a pool of its own on the Ray
     this process is connected to. ``measure`` replaces the GPU timing on the actors of
-    that pool (tests pass a test double)."""
+    that pool (tests pass a test double). ``compile_seams=False``: max-autotune's seams wait for
+    ``install_compile`` (the first graph compile)."""
 
     def __init__(self, stats: Stats, cache: Any, settings: Settings, group: str | None = None,
                  measure: Any = None, source: Any = None, submit: Callable[..., Any] | None = None,
-                 registry: Any = None) -> None:
+                 registry: Any = None, compile_seams: bool = True) -> None:
         from .cache.decisions import DecisionStore
         from .cache.winners import WinnerStore
         from .kernels.benchmark import GPUTiming, local_cpu, local_gpu
@@ -63,7 +64,7 @@ class AutotuneSession:
             self.hooks = AutotuneHooks(self._runner(wall=True), cache, self.winners, stats,
                                        background=self._runner(wall=False), hold=self._hold,
                                        configs=settings.autotune_configs, registry=registry)
-            self.hooks.install()
+            self.hooks.install(compile_seams)
         # max-autotune's decisions (GPU or CPU) shared through the cache: every process picks the same
         self.decisions = SharedDecisions(DecisionStore(cache, submit=submit), stats, (self.group, local_cpu()))
         self._decisions: contextlib.ExitStack | None = contextlib.ExitStack()
@@ -89,13 +90,21 @@ class AutotuneSession:
 
     @classmethod
     def for_session(cls, stats: Stats, cache: Any, settings: Settings, source: Any,
-                    submit: Callable[..., Any] | None = None, registry: Any = None) -> AutotuneSession | None:
+                    submit: Callable[..., Any] | None = None, registry: Any = None,
+                    compile_seams: bool = True) -> AutotuneSession | None:
         """A session's autotuning, or None when turned off (``autotune=False``: Inductor benchmarks
         as it always does). Made at the session's first Inductor compile (it asks CUDA for this
         process's GPU); the actors start only when a benchmark goes to them."""
         if not settings.autotune:
             return None
-        return cls(stats, cache, settings, source=source, submit=submit, registry=registry)
+        return cls(stats, cache, settings, source=source, submit=submit, registry=registry,
+                   compile_seams=compile_seams)
+
+    def install_compile(self) -> None:
+        """Max-autotune's seams, where ``compile_seams=False`` left them out (a process that loaded
+        compiled frames now compiles a graph)."""
+        if self.hooks is not None:
+            self.hooks.install_compile()
 
     def prestart(self) -> None:
         """Start the GPU actors in the background when this process will send benchmarks to them

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import logging
 import os
@@ -126,7 +127,8 @@ class Session:
         # the job), else among those sharing this node's cache dir (a node's ranks)
         inflight = Claims(InFlight(os.path.join(self.cache_root, "flights"), self.cache.local),
                           self._shared_now) if self.cache.local else None
-        self.frames = FrameCache(self.cache, self.stats, self.install, OUTPUT_MODULE_TAG, on_miss=on_miss,
+        self.frames = FrameCache(self.cache, self.stats, functools.partial(self.install, codegen=False),
+                                 OUTPUT_MODULE_TAG, on_miss=on_miss,
                                  inflight=inflight, flight_wait_s=self.settings.job_timeout_s, submit=self.io.submit)
         self.frames.install_at_compile()
 
@@ -241,33 +243,34 @@ class Session:
         if self.hooks is not None:
             self.hooks.router.start_compiling()
 
-    def install(self) -> None:
+    def install(self, codegen: bool = True) -> None:
         """Install the Inductor hooks and the autotuning hooks (once; the gate calls this at every
-        compile's start, where asking CUDA for this process's GPU costs nothing more)."""
-        if self._tuning_installed or self._closed:
-            if self.graphs is not None:
-                self.graphs.prepare_thread()  # torch's config overrides are per thread
-            return
-        if self._torch_counted is None:
-            from .wrapper import compat
+        compile's start, where asking CUDA for this process's GPU costs nothing more).
+        ``codegen=False`` (an entry of compiled frames about to load): all but the output module's
+        codegen, which the first graph compile installs (``Hooks.install_codegen``)."""
+        if not (self._tuning_installed or self._closed):
+            if self._torch_counted is None:
+                from .wrapper import compat
 
-            self._torch_counted = compat.precompile.torch_cache_counters()
-        self._install_hooks()
-        with self._install_lock:
-            if self._tuning_installed or self._closed:
-                return
-            from .autotune_session import AutotuneSession
+                self._torch_counted = compat.precompile.torch_cache_counters()
+            self._install_hooks(codegen)
+            with self._install_lock:
+                if not (self._tuning_installed or self._closed):
+                    from .autotune_session import AutotuneSession
 
-            if self.startup is not None:
-                self.autotune = AutotuneSession.for_session(self.stats, self.cache, self.settings, self.startup,
-                                                            submit=self.io.submit, registry=self.winners)
-            if self.autotune is not None:
-                self.hooks.router.on_triton_job = self.autotune.prestart
-            if self._graph_tasks is not None:
-                self._install_graphs()
-            self._tuning_installed = True
+                    if self.startup is not None:
+                        self.autotune = AutotuneSession.for_session(
+                            self.stats, self.cache, self.settings, self.startup, submit=self.io.submit,
+                            registry=self.winners, compile_seams=codegen)
+                    if self.autotune is not None:
+                        self.hooks.router.on_triton_job = self.autotune.prestart
+                    if self._graph_tasks is not None:
+                        self._install_graphs()
+                    self._tuning_installed = True
+        if codegen:  # (also where another thread's load installed the rest first)
+            self._install_codegen()
         if self.graphs is not None:
-            self.graphs.prepare_thread()
+            self.graphs.prepare_thread()  # torch's config overrides are per thread
 
     def _start_graph_tasks(self, compile_graph: GraphTask) -> None:
         """The Ray tasks of whole-graph compiles (``orchestrator/graph_tasks.py``), made at
@@ -313,10 +316,26 @@ class Session:
         if hooks is not None:
             hooks.kernels_loaded(kernels)
 
-    def _install_hooks(self) -> None:
-        """The Inductor hooks alone: where compiles go, the output module, the module cache."""
+    def _install_codegen(self) -> None:
+        """What a graph's compile needs beyond what loading compiled frames installed (the output
+        module's codegen, max-autotune's seams): installed at the first compile, once."""
         with self._install_lock:
-            if self.hooks is not None or self._closed:
+            if self._closed:
+                return
+            if self.hooks is not None:
+                self.hooks.install_codegen()
+            if self.autotune is not None:
+                self.autotune.install_compile()
+
+    def _install_hooks(self, codegen: bool = True) -> None:
+        """The Inductor hooks alone: where compiles go, the output module (with ``codegen``), the
+        module cache."""
+        with self._install_lock:
+            if self._closed:
+                return
+            if self.hooks is not None:
+                if codegen:
+                    self.hooks.install_codegen()
                 return
             from .wrapper import compat, runtime
             from .wrapper.hooks import Hooks, Router
@@ -342,7 +361,7 @@ class Session:
                                  job_timeout_s=settings.job_timeout_s, spread_configs=settings.spread_configs),
                           module_flights=flights, coordesc_next_sweeps=settings.coordesc_next_sweeps)
             try:
-                hooks.install()  # undoes what it did when it raises
+                hooks.install(codegen)  # undoes what it did when it raises
             except BaseException:
                 self._unbind()
                 self._unbind = None

@@ -385,6 +385,10 @@ class LocalWarning:
         log.warning("raycompile: the GPU workers cannot take benchmarks (%s); benchmarking on this GPU", text)
 
 
+def _stock_pool_unset() -> Any:
+    raise RuntimeError("raycompile: max-autotune's tuning pool asked for before its seams were installed")
+
+
 class AutotuneHooks:
     """Installs both seams for one GPU group and registers the winner store with the output
     module's runtime; ``uninstall`` restores stock Inductor exactly."""
@@ -395,32 +399,49 @@ class AutotuneHooks:
         # the fastest candidates are timed again here where this process has a GPU to time them on
         verify = (VERIFY if _gpu_here() else 0) if verify is None else verify
         warn = LocalWarning()
-        self.pool = FarmTuningPool(run, cache, stock_tuning_pool(), stats, local_template_ms, verify,
+        # Inductor's own tuning pool factory is captured at ``install_compile``: importing
+        # autotune_process here would cost a process that only loads compiled frames (0.6 s, dev box)
+        self.pool = FarmTuningPool(run, cache, _stock_pool_unset, stats, local_template_ms, verify,
                                    background=background, warn=warn)
         self.tuner = ConfigTuner(run, cache, winners, stats, compat.bench_launcher, verify, mode=configs, warn=warn)
         self.winners = winners
         self.registry = registry  # the session's runtime.Winners: output modules stitch these winners in
         self.hold = hold
         self._stack: contextlib.ExitStack | None = None
+        self._compile_seams = False
         self._lock = threading.Lock()
 
-    def install(self) -> None:
+    def install(self, compile_seams: bool = True) -> None:
+        """The seams a kernel's first run uses (config timings, the driver's timings held, the
+        winners registered); with ``compile_seams``, also max-autotune's (``install_compile``)."""
         with self._lock:
-            if self._stack is not None:
+            if self._stack is None:
+                stack = contextlib.ExitStack()
+                stack.enter_context(config_benchmarks_installed(self.tuner))
+                if self.hold is not None:
+                    stack.enter_context(driver_timing_held(self.hold))
+                if self.registry is not None:
+                    stack.callback(self.registry.add(self.winners.get))
+                self._stack = stack
+        if compile_seams:
+            self.install_compile()
+
+    def install_compile(self) -> None:
+        """Max-autotune's seams (its tuning pool, its choices' prefetch), once: a graph's compile
+        uses them, and they import Inductor's select_algorithm and autotune_process (1.4 s and
+        0.6 s on the dev box), which a process that only loads compiled frames never needs."""
+        with self._lock:
+            if self._stack is None or self._compile_seams:
                 return
-            stack = contextlib.ExitStack()
-            stack.enter_context(tuning_pool_installed(self.pool))
-            stack.enter_context(config_benchmarks_installed(self.tuner))
-            if self.hold is not None:
-                stack.enter_context(driver_timing_held(self.hold))
-            stack.enter_context(prefetch_installed(self.pool))
-            if self.registry is not None:
-                stack.callback(self.registry.add(self.winners.get))
-            self._stack = stack
+            self.pool._stock = stock_tuning_pool()  # stock's, captured before the seam replaces it
+            self._stack.enter_context(tuning_pool_installed(self.pool))
+            self._stack.enter_context(prefetch_installed(self.pool))
+            self._compile_seams = True
 
     def uninstall(self) -> None:
         with self._lock:
             stack, self._stack = self._stack, None
+            self._compile_seams = False
         if stack is not None:
             stack.close()
 

@@ -487,6 +487,8 @@ class Hooks:
         self.coordesc_next_sweeps = coordesc_next_sweeps  # AtLoad.next_sweeps, in max-autotune
         self.module_flights = module_flights  # whole graphs single-flighted among the node's processes
         self._installed = contextlib.ExitStack()
+        self._codegen = False  # the output module's codegen installed (install_codegen)
+        self._codegen_lock = threading.Lock()
         self.reservations: compat.tuning.Reservations | None = None
         self.coordesc_at_load: Any = None  # compat.coordesc.AtLoad, while installed
 
@@ -506,16 +508,37 @@ class Hooks:
         if at_load is not None:
             at_load.load(kernels, workers)
 
-    def install(self) -> None:
-        """Install every seam; when one fails (a seam moved: SeamMissing), undo the others and raise."""
+    def install(self, codegen: bool = True) -> None:
+        """Install every seam; when one fails (a seam moved: SeamMissing), undo the others and raise.
+        ``codegen=False``: all but the output module's codegen (``install_codegen``), which only a
+        graph's compile uses: a process that only loads compiled frames then never imports Inductor's
+        codegen, scheduler, lowering and select_algorithm (1.0 s of a Mixtral-style warm start on the
+        dev box), and only the seams of modules already imported are checked."""
         try:
+            if codegen:
+                compat.check()
+            else:
+                compat.check(imported_only=True)
             self._install()
+            if codegen:
+                self.install_codegen()
+            else:
+                compat.check(imported_only=True)  # the seams of what installing imported
         except BaseException:
             self._installed.close()
             raise
 
+    def install_codegen(self) -> None:
+        """The output module's codegen and the check of every seam, once (a graph's compile is
+        about to start: Inductor's backend was called, so the session's gate calls this)."""
+        with self._codegen_lock:
+            if self._codegen:
+                return
+            compat.check()
+            self._install_output_module()
+            self._codegen = True
+
     def _install(self) -> None:
-        compat.check()
         router = self.router
         # Triton compiles and C++ builds go to the Router; the kernels Inductor compiles during
         # codegen (compat.EAGER_COMPILE_SITES) use stock ``AsyncCompile()`` objects, so the pool
@@ -526,7 +549,6 @@ class Hooks:
             self._installed.enter_context(compat.remote_module_caches(lambda kind: make_backend(cache, kind, flights)))
             if flights is not None:
                 self._installed.callback(flights.close)
-        self._install_output_module()
         # the farm's workers compile with Inductor's ptxas; so does this process (its Triton
         # cache lookups then find the cubins they published)
         self._installed.enter_context(compat.inductor_ptxas())

@@ -123,11 +123,14 @@ def test_frames_stored_restores_torch_exactly() -> None:
     from torch._dynamo import package
 
     before = (type(package.DynamoCache), dconfig.caching_precompile, fconfig.bundled_autograd_cache,
-              fconfig.force_non_lazy_backward_lowering, list(warnings.filters))
+              fconfig.force_non_lazy_backward_lowering, list(warnings.filters),
+              torch._TorchCompileInductorWrapper.__dict__["get_compiler_config"])
     with compat.frames_stored(Recorder()):
         assert type(package.DynamoCache) is not before[0] and dconfig.caching_precompile
+        assert torch._TorchCompileInductorWrapper.__dict__["get_compiler_config"] is not before[5]
     after = (type(package.DynamoCache), dconfig.caching_precompile, fconfig.bundled_autograd_cache,
-             fconfig.force_non_lazy_backward_lowering, list(warnings.filters))
+             fconfig.force_non_lazy_backward_lowering, list(warnings.filters),
+             torch._TorchCompileInductorWrapper.__dict__["get_compiler_config"])
     assert after == before
 
 
@@ -162,6 +165,38 @@ def test_entering_compiled_frames_does_not_import_inductor() -> None:
                           text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["False", "True", "True"], proc.stdout
+
+
+def test_torch_compile_keys_its_options_without_importing_inductor() -> None:
+    """``torch.compile`` asks Inductor's backend for its compiler config at once (Dynamo keeps it;
+    the frames' key reads it), and stock's method imports compile_fx for it: a second of a warm
+    process that only loads frames. Inside ``frames_stored`` the same dict comes without that
+    import, for every mode and for options; compile_fx comes when a graph is compiled."""
+    code = ("import json, sys, torch\n"
+            "from raycompile.wrapper import compat\n"
+            "sys.path.insert(0, sys.argv[1])\n"
+            "from test_frames_key import Recorder\n"
+            "cases = [(None, None), ('max-autotune', None), ('reduce-overhead', None),\n"
+            "         ('max-autotune-no-cudagraphs', None), (None, {'epilogue_fusion': False, 'max_autotune': True})]\n"
+            "got = []\n"
+            "with compat.frames_stored(Recorder()):\n"
+            "    for mode, options in cases:\n"
+            "        fn = torch.compile(lambda x: x + 1, mode=mode, options=options)\n"
+            "        got.append(fn.get_compiler_config())\n"
+            "    print('torch._inductor.compile_fx' in sys.modules)\n"
+            "    torch.compile(lambda x: x * 2)(torch.randn(3))\n"
+            "    print('torch._inductor.compile_fx' in sys.modules)\n"
+            "stock = [torch.compile(lambda x: x + 1, mode=m, options=o).get_compiler_config() for m, o in cases]\n"
+            "print(json.dumps([sorted(k for k in set(a) | set(b) if a.get(k, 'unset') != b.get(k, 'unset'))\n"
+            "                  for a, b in zip(got, stock)]))\n"
+            "print(stock[1]['max_autotune'], stock[0]['max_autotune'])\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(pathlib.Path(__file__).parent)], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.split("\n")
+    assert lines[:2] == ["False", "True"], proc.stdout
+    assert json.loads(lines[2]) == [[]] * 5, proc.stdout  # every mode's and the options' dict: stock's
+    assert lines[3] == "True False", proc.stdout  # and the modes did patch it
 
 
 @pytest.mark.parametrize("value, env, on", [(None, None, True), (None, "0", False), (False, None, False),

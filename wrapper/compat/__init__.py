@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 
 from . import (
     autograd,
@@ -174,19 +175,23 @@ EAGER_COMPILE_SITES: dict[str, tuple[str, str, str]] = {
 #   precompile: they load binaries the farm already published to this node's Triton cache.
 
 
-def check() -> None:
-    """Raise SeamMissing naming every touch point the installed torch lacks."""
+def check(imported_only: bool = False) -> None:
+    """Raise SeamMissing naming every touch point the installed torch lacks. ``imported_only``:
+    only the seams whose module this process has imported already (importing none)."""
     import torch
 
     missing = []
     try:
-        importlib.import_module("triton")
+        if not imported_only:  # (with it, Triton's seams are checked where Triton is imported)
+            importlib.import_module("triton")
         has_triton = True
     except ImportError:
         has_triton = False
     for name, (module, path) in SEAMS.items():
         if module.split(".")[0] == "triton" and not has_triton:
             continue  # a CPU-only install without Triton: C++ kernels only, no Triton seam is reached
+        if imported_only and module not in sys.modules:
+            continue
         try:
             resolve(module, path)
         except (ImportError, AttributeError) as e:

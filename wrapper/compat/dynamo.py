@@ -65,6 +65,8 @@ SEAMS: Seams = {
     "functorch.config.get_config_copy": ("torch._functorch.config", "get_config_copy"),
     "inductor.config.get_config_copy": ("torch._inductor.config", "get_config_copy"),
     "TorchCompileInductorWrapper.get_compiler_config": ("torch", "_TorchCompileInductorWrapper.get_compiler_config"),
+    "compile_fx.get_patched_config_dict": ("torch._inductor.compile_fx", "get_patched_config_dict"),
+    "inductor.config.patch": ("torch._inductor.config", "patch"),
 }
 
 log = logging.getLogger("raycompile.frames")
@@ -271,6 +273,20 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
                 patched_inner[:] = [compile_fx, compile_fx._compile_fx_inner]
                 compile_fx._compile_fx_inner = fx_cache_kept(compile_fx._compile_fx_inner)
 
+    # torch.compile asks its Inductor backend for the compiler config at once (Dynamo keeps it on the
+    # compiled function; the frames' key reads it: ``_options``), and stock's method imports
+    # compile_fx for it: a second of a warm process's torch.compile on the CPU box, 0.9 s on an
+    # H200, for a process that only loads frames. Asked here, it is the same dict, made as stock's
+    # ``get_patched_config_dict`` makes it (``Inductor config.patch`` + ``get_config_copy``), and
+    # compile_fx is imported where a graph is compiled (``TorchCompileInductorWrapper.__call__``).
+    import torch
+
+    wrapper_class = torch._TorchCompileInductorWrapper
+    stock_compiler_config = wrapper_class.__dict__["get_compiler_config"]
+
+    def get_compiler_config(self: Any) -> Any:
+        return patched_config_dict(self.config)
+
     closed = False
     compiling_hook = functools.partial(inner_kept, True)
     _INDUCTOR_COMPILING.append(compiling_hook)
@@ -287,6 +303,7 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
     sources_once.__enter__()
     cache.__class__ = FarmDynamoCache
     convert_frame._compile = _compile
+    wrapper_class.get_compiler_config = get_compiler_config
     compile_package.code_context = code_context
     CheckFunctionManager.serialize_guards = serialize_guards
     CheckFunctionManager.__init__ = __init__
@@ -310,6 +327,7 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
             logger.removeFilter(quiet)
         cache.__class__ = stock_class
         convert_frame._compile = stock_compile
+        wrapper_class.get_compiler_config = stock_compiler_config
         with contextlib.suppress(ValueError):
             _INDUCTOR_COMPILING.remove(compiling_hook)
         with inner_lock:
@@ -405,6 +423,16 @@ def _caller_context() -> Any | None:
             return ctx
         frame = frame.f_back
     return None
+
+
+def patched_config_dict(config_patches: str | dict[str, Any] | None) -> dict[str, Any]:
+    """Inductor's config with ``config_patches`` applied, as a dict: what stock's
+    ``compile_fx.get_patched_config_dict`` returns (the same two calls), without importing
+    compile_fx (lowering, select_algorithm: about a second)."""
+    from torch._inductor import config
+
+    with config.patch(config_patches):
+        return config.get_config_copy()
 
 
 class Unkeyable(Exception):
