@@ -62,6 +62,9 @@ HERE = pathlib.Path(__file__).resolve().parent
 PREFILL = ("import torch, transformers, ray, raycompile, torch._dynamo, torch._inductor.compile_fx, "
            "torch._inductor.runtime.triton_heuristics, torch._inductor.codegen.triton; "
            "from transformers import GPT2LMHeadModel, MixtralForCausalLM, BertForMaskedLM")
+COMPILE_MODULES = ("torch._inductor.compile_fx", "torch._inductor.graph", "torch._inductor.lowering",
+                   "torch._inductor.scheduler", "torch._inductor.select_algorithm", "torch._inductor.codegen.wrapper",
+                   "torch._inductor.debug")
 CASES = ("stock-cold", "stock-warm", "megacache", "farm-cold-file", "farm-warm-file", "farm-cold-head",
          "farm-warm-head", "kernels-cold-file", "kernels-warm-file")
 
@@ -196,6 +199,8 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
             pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(150)
             f.write("\n\nby own time:\n")
             pstats.Stats(profiler, stream=f).sort_stats("tottime").print_stats(60)
+    # Inductor's compile modules the process had imported by its first output (a warm load needs none)
+    compile_modules = sorted(m for m in COMPILE_MODULES if m in sys.modules)
     stats: dict[str, Any] = {}
     report = ""
     if farm:
@@ -221,7 +226,7 @@ def child(case: str, model: str, device: str, megacache: str) -> None:
         "frames_published": stats.get("dynamo_published"), "frames_unsaveable": stats.get("dynamo_unsaveable"),
         "frames_stats": {k: v for k, v in stats.items() if k.startswith("dynamo_")},
         "ray_begun": (stats.get("ray_start_seconds") or {}).get("begun"),
-        "graphs_traced": _graphs_traced(), "fx_graph_hits": fx_graph_hits(),
+        "graphs_traced": _graphs_traced(), "fx_graph_hits": fx_graph_hits(), "compile_modules": compile_modules,
         "stats": stats, "report": report,
     }), flush=True)
 
@@ -337,7 +342,7 @@ def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray
                   f"first call {r['call_s']:.2f}, of which torch.compile {r['torch_compile_s']:.2f})  jobs {_jobs(r)}  "
                   f"fallbacks {r['fallbacks']}  shared hits {r['shared_hits']}  frames loaded {r['frames_loaded']} "
                   f"traced {r['frames_traced']}  graphs traced {r['graphs_traced']}  FX-graph cache hits "
-                  f"{r.get('fx_graph_hits')}  Ray begun "
+                  f"{r.get('fx_graph_hits')}  Inductor compile modules {len(r.get('compile_modules') or [])}  Ray begun "
                   f"{r['ray_begun']}  loss {r['loss']:.6f}", flush=True)
     return out
 

@@ -1,7 +1,9 @@
 """The farm's wrapper codegen: Inductor's ``PythonWrapperCodegen``, registered for ``cuda`` and
 ``cpu`` while the farm is enabled (``Hooks.install``). The output module it writes
 
-- imports the farm's runtime (``async_compile = FarmCompile()``, wrapper/runtime.py);
+- imports the farm's runtime (``async_compile = FarmCompile()``, wrapper/runtime.py), and takes
+  ``align`` and ``extern_kernels`` where loading them imports no codegen or lowering
+  (``compat.LIGHT_LINES``: a module loaded from compiled frames needs neither);
 - defines each kernel as a named future keyed by its cache key
   (``triton_poi_fused_0 = async_compile.triton('triton_poi_fused_0', '''...''', device_str='cuda', key='...')``);
 - carries a manifest, ``_raycompile_manifest = {'kernels': {name: key}, 'winners': {...}, 'versions': {...}}``;
@@ -110,6 +112,8 @@ class FarmWrapperCodegen(_NamedKernels, _PythonWrapperCodegen):  # type: ignore[
         super().write_header()
         compat.replace_line(self.imports, STOCK_IMPORT, RUNTIME_IMPORT)
         compat.replace_line(self.header, STOCK_INSTANCE, RUNTIME_INSTANCE)
+        for stock, light in compat.LIGHT_LINES:  # a warm load without Inductor's codegen and lowerings
+            compat.replace_line(self.imports, stock, light, required=False)
         # before any kernel is defined: the keys of all of them, rendered once they are known
         self.header.writeline(compat.deferred_line(self.render_prefetch))
 

@@ -23,6 +23,9 @@ from . import compat
 
 log = logging.getLogger("raycompile.runtime")
 
+# the output module's ``extern_kernels`` (``compat.LIGHT_LINES``): Inductor's, imported at first use
+extern_kernels = compat.ExternKernels()
+
 MANY = 16  # show a progress bar while waiting on at least this many kernels (on a terminal)
 
 Winner = dict[str, Any]  # a Triton config: its kwargs, plus "num_warps" and "num_stages"

@@ -74,6 +74,13 @@ class Block(torch.nn.Module):
         return torch.tanh(self.b(y)).sum()
 
 
+# Inductor's modules of a compile (lowering, scheduling, codegen): a process whose frames all load
+# needs none of them (wrapper/compat/precompile.py, light_loads)
+INDUCTOR_COMPILE_MODULES = ("torch._inductor.compile_fx", "torch._inductor.graph", "torch._inductor.lowering",
+                            "torch._inductor.scheduler", "torch._inductor.select_algorithm",
+                            "torch._inductor.codegen.wrapper", "torch._inductor.debug")
+
+
 def step(batch: int, compiler: object) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     model = Block()
@@ -89,10 +96,11 @@ def main(address: str, shared: str, cache_dir: str, out_path: str, batch: str, s
     try:
         result = step(int(batch), torch.compile)
         ray_imported = "ray" in sys.modules
+        compile_modules = sorted(m for m in INDUCTOR_COMPILE_MODULES if m in sys.modules)
     finally:
         raycompile.disable()  # writes what is left
     saved = {"stats": raycompile.stats(), "result": result, "torch_traced": compat.precompile.traced_frames(),
-             "ray_imported": ray_imported}
+             "ray_imported": ray_imported, "inductor_compile_modules": compile_modules}
     if stock:
         torch._dynamo.reset()
         with compat.fresh_cache():

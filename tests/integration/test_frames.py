@@ -6,7 +6,8 @@ entries, nothing configured):
 
 - the warm process traces nothing (raycompile's count and Dynamo's own), runs no job, and
   computes bitwise the loss and gradients of the process that compiled; it never starts Ray
-  (not even imports it: the cluster's secret comes from a probe process) nor waits for it;
+  (not even imports it: the cluster's secret comes from a probe process) nor waits for it, and
+  imports none of Inductor's lowering, scheduler or codegen;
 - another batch size (a guard miss on the loaded frames) is traced and compiled, bitwise equal to
   stock Inductor in the same process, and written as the next generation, which a later process
   loads with both shapes;
@@ -101,6 +102,9 @@ def test_compiled_frames_warm_start_another_process(cluster: str, cold: tuple[pa
     assert equal(warm["result"], cold["result"])
     # every compile hit: Ray was never begun (nor imported), nothing waited for it
     assert "begun" not in w["ray_start_seconds"] and not w["ray_wait_seconds"] and not warm["ray_imported"], w
+    # nor Inductor's lowering, scheduler or codegen: the loaded graphs need none of them
+    assert warm["inductor_compile_modules"] == [], warm["inductor_compile_modules"]
+    assert cold["inductor_compile_modules"], cold["inductor_compile_modules"]  # (the cold one compiled)
     # the cold one compiled in this node's workers, with no Ray either: the cluster it joined (by
     # this machine's current-cluster file) is this machine alone, as its probe found
     assert "begun" not in s["ray_start_seconds"] and s["jobs_local"] > 0 and s["jobs"] == 0, s

@@ -44,6 +44,36 @@ def test_the_wrapper_codegen_registration_is_restored_exactly() -> None:
     assert all(common.device_codegens[d] is before[d] for d in before)  # the very same entries
 
 
+def test_the_light_header_lines_bind_what_stocks_bind() -> None:
+    """The output module's ``align`` and ``extern_kernels`` as the farm's codegen writes them
+    (``LIGHT_LINES``) are stock's objects: the same function, and every name of Inductor's
+    namespace the same kernel (torch's own functions resolved without Inductor's lowerings; any
+    other name from Inductor's namespace itself)."""
+    from torch._inductor.codegen import memory_planning
+    from torch._inductor.select_algorithm import extern_kernels
+
+    from raycompile.wrapper import runtime
+
+    stock_ns: dict[str, object] = {}
+    light_ns: dict[str, object] = {}
+    for stock_line, light_line in compat.LIGHT_LINES:
+        exec(stock_line, stock_ns)  # noqa: S102 - the header's own import lines
+        exec(light_line, light_ns)  # noqa: S102
+    assert light_ns["align"] is stock_ns["align"] is memory_planning._align
+    assert light_ns["extern_kernels"] is runtime.extern_kernels
+    registered = vars(extern_kernels)
+    # the kernels of every default-mode and max-autotune GEMM and convolution are torch's own functions
+    assert {"mm", "addmm", "bmm", "baddbmm", "convolution"} <= set(compat.codegen.EXTERN_TORCH_FUNCTIONS)
+    for name in compat.codegen.EXTERN_TORCH_FUNCTIONS:
+        if name in registered:  # (a name this torch does not register is never written by its codegen)
+            assert getattr(compat.ExternKernels(), name) is registered[name], name
+    light = compat.ExternKernels()
+    for name, kernel in registered.items():  # every name: the object stock's namespace holds
+        assert getattr(light, name) is kernel, name
+    with pytest.raises(AttributeError):
+        light.no_such_kernel  # noqa: B018 - as stock's namespace raises
+
+
 def test_the_cache_key_tag_enters_the_fx_graph_key() -> None:
     import torch
 

@@ -167,6 +167,39 @@ def test_entering_compiled_frames_does_not_import_inductor() -> None:
     assert proc.stdout.split() == ["False", "True", "True"], proc.stdout
 
 
+def test_a_light_load_gives_the_real_modules_to_every_other_use() -> None:
+    """``light_loads``: ``torch._inductor.debug``'s recording switches read as that module sets
+    them without importing it; a write goes to the real module; while an entry installs, the graph
+    module's stand-in gives anyone but the cache hit's post-compile the real module; on exit the
+    package is as it was. (The cache hit itself: test_frames.py's warm process imports neither.)"""
+    code = ("import sys, torch\n"
+            "import torch._inductor.codecache\n"
+            "from raycompile.wrapper.compat import precompile\n"
+            "G, D = 'torch._inductor.graph', 'torch._inductor.debug'\n"
+            "print(G in sys.modules, D in sys.modules)\n"
+            "with precompile.light_loads():\n"
+            "    debug = torch._inductor.debug\n"
+            "    print(debug.RECORD_GRAPH_EXECUTION, debug.GRAPH_EXECUTION_ORDER, debug.GRAPH_COMPILE_IDS,\n"
+            "          D in sys.modules)\n"
+            "    with precompile._graph_module_deferred():\n"
+            "        print(type(sys.modules[G]).__name__)\n"
+            "        from torch._inductor.graph import GraphLowering\n"
+            "        print(GraphLowering.__module__, hasattr(GraphLowering, 'run'), type(sys.modules[G]).__name__)\n"
+            "    debug.RECORD_GRAPH_EXECUTION = True\n"
+            "    print(D in sys.modules, sys.modules[D].RECORD_GRAPH_EXECUTION, torch._inductor.debug is sys.modules[D])\n"
+            "print('__getattr__' in vars(torch._inductor), torch._inductor.graph is sys.modules[G])\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "False False",  # neither imported by torch or the codecache
+        "False None None False",  # the switches, off, read without the import
+        "_GraphModuleDeferred",
+        "torch._inductor.graph True module",  # any other use: the real class, the real module in place
+        "True True True",  # a write imports the real module and lands there
+        "False True",
+    ], proc.stdout + proc.stderr[-2000:]
+
+
 def test_torch_compile_keys_its_options_without_importing_inductor() -> None:
     """``torch.compile`` asks Inductor's backend for its compiler config at once (Dynamo keeps it;
     the frames' key reads it), and stock's method imports compile_fx for it: a second of a warm

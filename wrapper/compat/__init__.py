@@ -76,8 +76,10 @@ from .autotuner import (
     set_kernel_key,
 )
 from .codegen import (
+    LIGHT_LINES,
     STOCK_IMPORT,
     STOCK_INSTANCE,
+    ExternKernels,
     deferred_line,
     future_done,
     is_future,
@@ -245,9 +247,11 @@ __all__ = [
     "CHECKED_ON",
     "CUDA_ARCHES",
     "EAGER_COMPILE_SITES",
+    "ExternKernels",
     "FAMILIES",
     "InductorToolchain",
     "SEAMS",
+    "LIGHT_LINES",
     "STOCK_IMPORT",
     "STOCK_INSTANCE",
     "SeamMissing",

@@ -301,6 +301,8 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
     reset_clears.__enter__()
     sources_once = precompile.sources_recorded_once()
     sources_once.__enter__()
+    light = precompile.light_loads()  # a loaded entry imports no lowering, scheduler or codegen
+    light.__enter__()
     cache.__class__ = FarmDynamoCache
     convert_frame._compile = _compile
     wrapper_class.get_compiler_config = get_compiler_config
@@ -344,6 +346,7 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
         identities.__exit__(None, None, None)
         reset_clears.__exit__(None, None, None)
         sources_once.__exit__(None, None, None)
+        light.__exit__(None, None, None)
 
 
 def _init_field_reducers() -> dict[type, tuple[Any, Any]]:

@@ -15,6 +15,7 @@ import pickle
 import re
 import struct
 import sys
+import threading
 import types
 import weakref
 from collections.abc import Callable, Iterator
@@ -55,6 +56,12 @@ SEAMS: Seams = {
     "eval_frame.skip_code": ("torch._dynamo.eval_frame", "skip_code"),
     "convert_frame.input_codes": ("torch._dynamo.convert_frame", "input_codes"),
     "codegen.PyCodegen.pop_null": ("torch._dynamo.codegen", "PyCodegen.pop_null"),
+    # a warm load without Inductor's compile modules (``light_loads``)
+    "codecache.FxGraphCache.cache_hit_post_compile": ("torch._inductor.codecache", "FxGraphCache.cache_hit_post_compile"),
+    "graph.GraphLowering.save_output_code": ("torch._inductor.graph", "GraphLowering.save_output_code"),
+    "debug.RECORD_GRAPH_EXECUTION": ("torch._inductor.debug", "RECORD_GRAPH_EXECUTION"),
+    "debug.GRAPH_EXECUTION_ORDER": ("torch._inductor.debug", "GRAPH_EXECUTION_ORDER"),
+    "debug.GRAPH_COMPILE_IDS": ("torch._inductor.debug", "GRAPH_COMPILE_IDS"),
 }
 
 log = logging.getLogger("raycompile.frames")
@@ -505,6 +512,131 @@ def sources_recorded_once() -> Iterator[None]:
         yield
     finally:
         package.SourceInfo.add_code = stock
+
+
+# -- a warm load without Inductor's compile modules ------------------------------------------------
+#
+# Loading an entry's compiled graphs and calling them needs none of Inductor's compile modules (the
+# farm's output modules import none: ``codegen.LIGHT_LINES``), but torch reaches two of them on the
+# way, each for a value that no one can have changed unless they imported that module:
+# - a cache hit's post-compile (``FxGraphCache.cache_hit_post_compile``) imports the graph lowering
+#   module to read a test hook, ``GraphLowering.save_output_code``, which is None until set;
+# - every compiled graph's call (``CompiledFxGraph.__call__``) reads ``torch._inductor.debug``'s
+#   graph-execution recording switches, off until set; stock's warm process has that module
+#   because it imported compile_fx.
+# Importing them brings in the lowerings, scheduler and codegen: about a second of a warm process
+# (the dev box) that Inductor would spend before its first output. ``light_loads`` gives both
+# values without the import, and every other use of either module gets the real one.
+
+_GRAPH_MODULE = "torch._inductor.graph"
+_DEBUG_MODULE = "torch._inductor.debug"
+# debug.py's recording switches as that module sets them
+_DEBUG_DEFAULTS = {"RECORD_GRAPH_EXECUTION": False, "GRAPH_EXECUTION_ORDER": None, "GRAPH_COMPILE_IDS": None}
+_modules_lock = threading.RLock()
+
+
+class _SaveOutputCodeUnset:
+    """What a cache hit's post-compile gets for ``GraphLowering`` while the graph module is not
+    imported: its test hook, unset."""
+
+    save_output_code = None
+
+
+class _GraphModuleDeferred(types.ModuleType):
+    """``torch._inductor.graph`` in ``sys.modules`` while an entry installs, in a process that has
+    not imported it: the cache hit's post-compile reads ``GraphLowering.save_output_code`` as None;
+    any other use of it, on any thread, imports the real module and gets the real attribute."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "GraphLowering" and sys._getframe(1).f_code is _cache_hit_code():
+            return _SaveOutputCodeUnset
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(_real_module(_GRAPH_MODULE, self), name)
+
+
+class _DebugModuleDeferred:
+    """``torch._inductor.debug`` (an attribute of the package) while it is not imported: its
+    recording switches read as that module sets them; any other attribute, and any write, goes to
+    the real module, imported then."""
+
+    def __getattr__(self, name: str) -> Any:
+        real = sys.modules.get(_DEBUG_MODULE)
+        if real is None and name in _DEBUG_DEFAULTS:
+            return _DEBUG_DEFAULTS[name]
+        return getattr(real if real is not None else importlib.import_module(_DEBUG_MODULE), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(importlib.import_module(_DEBUG_MODULE), name, value)
+
+
+_DEBUG_DEFERRED = _DebugModuleDeferred()
+
+
+def _cache_hit_code() -> Any:
+    from torch._inductor.codecache import FxGraphCache
+
+    return FxGraphCache.cache_hit_post_compile.__code__
+
+
+def _real_module(name: str, deferred: types.ModuleType | None = None) -> Any:
+    with _modules_lock:
+        if deferred is not None and sys.modules.get(name) is deferred:
+            del sys.modules[name]
+        return importlib.import_module(name)
+
+
+@contextlib.contextmanager
+def _graph_module_deferred() -> Iterator[None]:
+    with _modules_lock:
+        placed = None
+        if _GRAPH_MODULE not in sys.modules:
+            placed = sys.modules[_GRAPH_MODULE] = _GraphModuleDeferred(_GRAPH_MODULE)
+    try:
+        yield
+    finally:
+        with _modules_lock:
+            if placed is not None and sys.modules.get(_GRAPH_MODULE) is placed:
+                del sys.modules[_GRAPH_MODULE]
+
+
+@contextlib.contextmanager
+def light_loads() -> Iterator[None]:
+    """While inside: every ``CompilePackage.install`` (an entry's frames and their compiled graphs,
+    loaded) runs with ``_GraphModuleDeferred`` standing in for the graph module where it is not
+    imported, and ``torch._inductor.debug`` is ``_DebugModuleDeferred`` until imported (the
+    package's ``__getattr__``, which also gives the real graph module to an attribute lookup that
+    finds the stand-in). On exit both are taken back."""
+    import torch._inductor as inductor
+    from torch._dynamo.package import CompilePackage
+
+    stock_install = CompilePackage.__dict__["install"]
+    stock_getattr = inductor.__dict__.get("__getattr__")
+
+    @functools.wraps(stock_install)
+    def install(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with _graph_module_deferred():
+            return stock_install(self, *args, **kwargs)
+
+    def __getattr__(name: str) -> Any:
+        if name == "debug" and _DEBUG_MODULE not in sys.modules:
+            return _DEBUG_DEFERRED
+        if name == "graph" and isinstance(sys.modules.get(_GRAPH_MODULE), _GraphModuleDeferred):
+            return _real_module(_GRAPH_MODULE, sys.modules[_GRAPH_MODULE])
+        if stock_getattr is not None:
+            return stock_getattr(name)
+        raise AttributeError(f"module 'torch._inductor' has no attribute {name!r}")
+
+    CompilePackage.install = install
+    inductor.__getattr__ = __getattr__
+    try:
+        yield
+    finally:
+        CompilePackage.install = stock_install
+        if stock_getattr is None:
+            inductor.__dict__.pop("__getattr__", None)
+        else:
+            inductor.__getattr__ = stock_getattr
 
 
 class _LoadedOnce:
