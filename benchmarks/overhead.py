@@ -342,7 +342,8 @@ def run_model(model: str, device: str, cases: list[str], work: pathlib.Path, ray
                   f"first call {r['call_s']:.2f}, of which torch.compile {r['torch_compile_s']:.2f})  jobs {_jobs(r)}  "
                   f"fallbacks {r['fallbacks']}  shared hits {r['shared_hits']}  frames loaded {r['frames_loaded']} "
                   f"traced {r['frames_traced']}  graphs traced {r['graphs_traced']}  FX-graph cache hits "
-                  f"{r.get('fx_graph_hits')}  Inductor compile modules {len(r.get('compile_modules') or [])}  Ray begun "
+                  f"{r.get('fx_graph_hits')}  Inductor compile modules {len(r.get('compile_modules') or [])}  "
+                  f"Ray begun "
                   f"{r['ray_begun']}  loss {r['loss']:.6f}", flush=True)
     return out
 

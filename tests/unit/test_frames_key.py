@@ -186,7 +186,8 @@ def test_a_light_load_gives_the_real_modules_to_every_other_use() -> None:
             "        from torch._inductor.graph import GraphLowering\n"
             "        print(GraphLowering.__module__, hasattr(GraphLowering, 'run'), type(sys.modules[G]).__name__)\n"
             "    debug.RECORD_GRAPH_EXECUTION = True\n"
-            "    print(D in sys.modules, sys.modules[D].RECORD_GRAPH_EXECUTION, torch._inductor.debug is sys.modules[D])\n"
+            "    print(D in sys.modules, sys.modules[D].RECORD_GRAPH_EXECUTION,\n"
+            "          torch._inductor.debug is sys.modules[D])\n"
             "print('__getattr__' in vars(torch._inductor), torch._inductor.graph is sys.modules[G])\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

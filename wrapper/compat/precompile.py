@@ -57,7 +57,8 @@ SEAMS: Seams = {
     "convert_frame.input_codes": ("torch._dynamo.convert_frame", "input_codes"),
     "codegen.PyCodegen.pop_null": ("torch._dynamo.codegen", "PyCodegen.pop_null"),
     # a warm load without Inductor's compile modules (``light_loads``)
-    "codecache.FxGraphCache.cache_hit_post_compile": ("torch._inductor.codecache", "FxGraphCache.cache_hit_post_compile"),
+    "codecache.FxGraphCache.cache_hit_post_compile": (
+        "torch._inductor.codecache", "FxGraphCache.cache_hit_post_compile"),
     "graph.GraphLowering.save_output_code": ("torch._inductor.graph", "GraphLowering.save_output_code"),
     "debug.RECORD_GRAPH_EXECUTION": ("torch._inductor.debug", "RECORD_GRAPH_EXECUTION"),
     "debug.GRAPH_EXECUTION_ORDER": ("torch._inductor.debug", "GRAPH_EXECUTION_ORDER"),
