@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 import torch
 
@@ -81,11 +82,14 @@ INDUCTOR_COMPILE_MODULES = ("torch._inductor.compile_fx", "torch._inductor.graph
                             "torch._inductor.codegen.wrapper", "torch._inductor.debug")
 
 
-def step(batch: int, compiler: object) -> dict[str, torch.Tensor]:
+def step(batch: int, compiler: object, kept: list[Any] | None = None) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     model = Block()
     x = torch.randn(batch, 32, requires_grad=True)
-    loss = compiler(model)(x)  # type: ignore[operator]
+    compiled = compiler(model)  # type: ignore[operator]
+    if kept is not None:
+        kept.append((compiled, x))
+    loss = compiled(x)
     loss.backward()
     return {"loss": loss.detach(), "x": x.grad, **{n: p.grad for n, p in model.named_parameters()}}
 
@@ -93,14 +97,24 @@ def step(batch: int, compiler: object) -> dict[str, torch.Tensor]:
 def main(address: str, shared: str, cache_dir: str, out_path: str, batch: str, stock: str = "") -> None:
     # no address: the cluster of this machine (its current-cluster file), as ray.init() joins it
     raycompile.enable(address=address or None, shared_cache=shared, cache_dir=cache_dir, fallback=False)
+    kept: list[Any] = []
     try:
-        result = step(int(batch), torch.compile)
+        result = step(int(batch), torch.compile, kept)
         ray_imported = "ray" in sys.modules
         compile_modules = sorted(m for m in INDUCTOR_COMPILE_MODULES if m in sys.modules)
     finally:
         raycompile.disable()  # writes what is left
     saved = {"stats": raycompile.stats(), "result": result, "torch_traced": compat.precompile.traced_frames(),
              "ray_imported": ray_imported, "inductor_compile_modules": compile_modules}
+    # the compiled function called again after the session (forward and backward): loaded graphs run
+    # as they did in it
+    compiled, x = kept[0]
+    x.grad = None  # (the results above keep their gradients)
+    for p in compiled.parameters():
+        p.grad = None
+    again = compiled(x)
+    again.backward()
+    saved["after_disable"] = again.detach()
     if stock:
         torch._dynamo.reset()
         with compat.fresh_cache():

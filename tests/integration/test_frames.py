@@ -104,6 +104,8 @@ def test_compiled_frames_warm_start_another_process(cluster: str, cold: tuple[pa
     assert "begun" not in w["ray_start_seconds"] and not w["ray_wait_seconds"] and not warm["ray_imported"], w
     # nor Inductor's lowering, scheduler or codegen: the loaded graphs need none of them
     assert warm["inductor_compile_modules"] == [], warm["inductor_compile_modules"]
+    # and its loaded graphs run after disable() as in the session
+    assert torch.equal(warm["after_disable"], warm["result"]["loss"])
     assert cold["inductor_compile_modules"], cold["inductor_compile_modules"]  # (the cold one compiled)
     # the cold one compiled in this node's workers, with no Ray either: the cluster it joined (by
     # this machine's current-cluster file) is this machine alone, as its probe found

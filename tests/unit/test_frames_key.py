@@ -168,36 +168,66 @@ def test_entering_compiled_frames_does_not_import_inductor() -> None:
 
 
 def test_a_light_load_gives_the_real_modules_to_every_other_use() -> None:
-    """``light_loads``: ``torch._inductor.debug``'s recording switches read as that module sets
-    them without importing it; a write goes to the real module; while an entry installs, the graph
-    module's stand-in gives anyone but the cache hit's post-compile the real module; on exit the
-    package is as it was. (The cache hit itself: test_frames.py's warm process imports neither.)"""
+    """``light_loads``: while an entry installs, the graph module's stand-in (with the real spec)
+    gives anyone but the cache hit's post-compile the real module; ``torch._inductor.debug`` looked
+    up by anyone but a compiled graph's call is the real module, imported then; on exit the package
+    is as it was. (The two readers themselves: test_frames.py's warm process imports neither
+    module, and calls its loaded graphs after ``disable()`` too.)"""
     code = ("import sys, torch\n"
             "import torch._inductor.codecache\n"
             "from raycompile.wrapper.compat import precompile\n"
             "G, D = 'torch._inductor.graph', 'torch._inductor.debug'\n"
             "print(G in sys.modules, D in sys.modules)\n"
             "with precompile.light_loads():\n"
-            "    debug = torch._inductor.debug\n"
-            "    print(debug.RECORD_GRAPH_EXECUTION, debug.GRAPH_EXECUTION_ORDER, debug.GRAPH_COMPILE_IDS,\n"
-            "          D in sys.modules)\n"
+            "    print(D in sys.modules)\n"
+            "    from torch._inductor import debug\n"
+            "    print(type(debug).__name__, debug.__name__, debug is sys.modules[D], G in sys.modules)\n"
             "    with precompile._graph_module_deferred():\n"
-            "        print(type(sys.modules[G]).__name__)\n"
+            "        print(type(sys.modules[G]).__name__, sys.modules[G].__spec__.name)\n"
             "        from torch._inductor.graph import GraphLowering\n"
             "        print(GraphLowering.__module__, hasattr(GraphLowering, 'run'), type(sys.modules[G]).__name__)\n"
-            "    debug.RECORD_GRAPH_EXECUTION = True\n"
-            "    print(D in sys.modules, sys.modules[D].RECORD_GRAPH_EXECUTION,\n"
-            "          torch._inductor.debug is sys.modules[D])\n"
             "print('__getattr__' in vars(torch._inductor), torch._inductor.graph is sys.modules[G])\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == [
         "False False",  # neither imported by torch or the codecache
-        "False None None False",  # the switches, off, read without the import
-        "_GraphModuleDeferred",
+        "False",
+        "module torch._inductor.debug True False",  # not a graph's call: the real module
+        "_GraphModuleDeferred torch._inductor.graph",
         "torch._inductor.graph True module",  # any other use: the real class, the real module in place
-        "True True True",  # a write imports the real module and lands there
         "False True",
+    ], proc.stdout + proc.stderr[-2000:]
+
+
+def test_a_compiled_graphs_call_reads_the_debug_switches_without_the_module() -> None:
+    """A compiled graph's call (``CompiledFxGraph.__call__``, run here on a stand-in graph) reads
+    ``torch._inductor.debug``'s recording switches at every call: inside ``light_loads`` it runs
+    without the module (not imported after), and while another thread is importing the module
+    (in ``sys.modules``, still initialising, not yet the package's attribute) it reads the values
+    set there, where stock's lookup would raise ``AttributeError``."""
+    code = ("import sys, types, importlib.machinery, torch\n"
+            "import torch._inductor.codecache\n"
+            "from torch._inductor.output_code import CompiledFxGraph\n"
+            "from raycompile.wrapper.compat import precompile\n"
+            "D = 'torch._inductor.debug'\n"
+            "graph = types.SimpleNamespace(current_callable=lambda inputs: ('ran', inputs), _compile_context=None,\n"
+            "                              fx_kwargs={}, _fx_graph_cache_key='k')\n"
+            "with precompile.light_loads():\n"
+            "    print(CompiledFxGraph.__call__(graph, [1]), D in sys.modules)\n"
+            "    importing = types.ModuleType(D)\n"
+            "    importing.__spec__ = importlib.machinery.ModuleSpec(D, None)\n"
+            "    importing.__spec__._initializing = True\n"
+            "    importing.RECORD_GRAPH_EXECUTION, importing.GRAPH_EXECUTION_ORDER = True, []\n"
+            "    sys.modules[D] = importing\n"
+            "    print(CompiledFxGraph.__call__(graph, [2]), importing.GRAPH_EXECUTION_ORDER)\n"
+            "    del sys.modules[D]\n"
+            "print(D in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "('ran', [1]) False",
+        "('ran', [2]) [{'compile_id': None}]",
+        "False",  # no entry installed: the session's end imports nothing
     ], proc.stdout + proc.stderr[-2000:]
 
 
@@ -218,6 +248,7 @@ def test_torch_compile_keys_its_options_without_importing_inductor() -> None:
             "        fn = torch.compile(lambda x: x + 1, mode=mode, options=options)\n"
             "        got.append(fn.get_compiler_config())\n"
             "    print('torch._inductor.compile_fx' in sys.modules)\n"
+            "    print(hasattr(torch.ops.quantized_decomposed, 'quantize_per_token'))\n"
             "    torch.compile(lambda x: x * 2)(torch.randn(3))\n"
             "    print('torch._inductor.compile_fx' in sys.modules)\n"
             "stock = [torch.compile(lambda x: x + 1, mode=m, options=o).get_compiler_config() for m, o in cases]\n"
@@ -228,9 +259,10 @@ def test_torch_compile_keys_its_options_without_importing_inductor() -> None:
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.split("\n")
-    assert lines[:2] == ["False", "True"], proc.stdout
-    assert json.loads(lines[2]) == [[]] * 5, proc.stdout  # every mode's and the options' dict: stock's
-    assert lines[3] == "True False", proc.stdout  # and the modes did patch it
+    # no compile_fx, but the operators stock's import of it registers (a function may call them)
+    assert lines[:3] == ["False", "True", "True"], proc.stdout
+    assert json.loads(lines[3]) == [[]] * 5, proc.stdout  # every mode's and the options' dict: stock's
+    assert lines[4] == "True False", proc.stdout  # and the modes did patch it
 
 
 @pytest.mark.parametrize("value, env, on", [(None, None, True), (None, "0", False), (False, None, False),

@@ -5,6 +5,7 @@ its header, and the futures its kernels are defined as. Checked on torch 2.11.0,
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,7 +42,8 @@ SEAMS: Seams = {
     "PyCodeCache.modules": ("torch._inductor.codecache", "PyCodeCache.modules"),
     "config (compile_worker_wait_timeout, read with getattr)": ("torch._inductor", "config"),
     # the header's two imports that bring in Inductor's codegen, scheduler and lowerings, and the
-    # light equivalents the farm's codegen writes instead (``LIGHT_LINES``)
+    # light equivalents the farm's codegen writes instead (``LIGHT_LINES``); these three checked on
+    # 2.11.0 and 2.13.0 only (stop 59: no 2.15 wheel installable on the dev box then)
     "memory_planning._align (the header's align)": ("torch._inductor.codegen.memory_planning", "_align"),
     "utils._align": ("torch._inductor.utils", "_align"),
     "select_algorithm.extern_kernels": ("torch._inductor.select_algorithm", "extern_kernels"),
@@ -85,6 +87,9 @@ class ExternKernels:
         if name.startswith("__"):
             raise AttributeError(name)
         attr = EXTERN_TORCH_FUNCTIONS.get(name)
+        imported = sys.modules.get("torch._inductor.select_algorithm")
+        if imported is not None and not getattr(getattr(imported, "__spec__", None), "_initializing", False):
+            attr = None  # Inductor's namespace is there: its own object, whatever torch.NAME is now
         if attr is not None:
             import torch
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import importlib
 import inspect
 import logging
 import re
@@ -285,6 +286,8 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
     stock_compiler_config = wrapper_class.__dict__["get_compiler_config"]
 
     def get_compiler_config(self: Any) -> Any:
+        for module in OPS_REGISTERED_BY_COMPILE_FX:  # stock's import of compile_fx registers these ops
+            importlib.import_module(module)
         return patched_config_dict(self.config)
 
     closed = False
@@ -426,6 +429,12 @@ def _caller_context() -> Any | None:
             return ctx
         frame = frame.f_back
     return None
+
+
+# Modules that register operators (``torch.ops.quantized_decomposed.*``, Inductor's prims) which
+# stock's ``torch.compile`` registers by importing compile_fx: a function that calls one without
+# importing it works in stock, and must with compiled frames too (cheap: about 0.06 s on the dev box)
+OPS_REGISTERED_BY_COMPILE_FX = ("torch.ao.quantization.fx._decomposed", "torch._inductor.inductor_prims")
 
 
 def patched_config_dict(config_patches: str | dict[str, Any] | None) -> dict[str, Any]:
