@@ -63,8 +63,8 @@ def test_the_light_header_lines_bind_what_stocks_bind() -> None:
     assert light_ns["extern_kernels"] is runtime.extern_kernels
     registered = vars(extern_kernels)
     # the kernels of every default-mode and max-autotune GEMM and convolution are torch's own functions
-    assert {"mm", "addmm", "bmm", "baddbmm", "convolution"} <= set(compat.codegen.EXTERN_TORCH_FUNCTIONS)
-    for name in compat.codegen.EXTERN_TORCH_FUNCTIONS:
+    assert {"mm", "addmm", "bmm", "baddbmm", "convolution"} <= set(compat.light.EXTERN_TORCH_FUNCTIONS)
+    for name in compat.light.EXTERN_TORCH_FUNCTIONS:
         if name in registered:  # (a name this torch does not register is never written by its codegen)
             assert getattr(compat.ExternKernels(), name) is registered[name], name
     light = compat.ExternKernels()

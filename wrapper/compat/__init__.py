@@ -22,7 +22,8 @@ versions it was checked on (``CHECKED_ON``):
   loads instead of tracing), and what keys them; ``guards``: their guards, every one kept and
   re-created in the loading process (``guard_refs``: how the objects they name travel);
   ``precompile``: those entries, checked and loaded; ``devices``: an entry made on one CUDA index
-  moved to another;
+  moved to another; ``light``: a process that loads them imports none of Inductor's compile
+  modules;
 - ``toolchain``: what job code (``kernels/``) calls, handed to it as ``TOOLCHAIN``.
 
 ``check()`` verifies that every seam exists in the installed torch; ``tests/unit/test_compat.py``
@@ -51,6 +52,7 @@ from . import (
     graphs,
     guards,
     isa,
+    light,
     precompile,
     triton,
     tuning,
@@ -76,10 +78,8 @@ from .autotuner import (
     set_kernel_key,
 )
 from .codegen import (
-    LIGHT_LINES,
     STOCK_IMPORT,
     STOCK_INSTANCE,
-    ExternKernels,
     deferred_line,
     future_done,
     is_future,
@@ -118,6 +118,7 @@ from .entry import (
 from .graph_wire import compile_here as compile_graph_here
 from .graph_wire import worker_warm as graph_worker_warm
 from .graphs import graphs_routed
+from .light import LIGHT_LINES, ExternKernels
 from .toolchain import TOOLCHAIN, InductorToolchain
 from .triton import (
     CUDA_ARCHES,
@@ -140,7 +141,7 @@ from .triton import (
 FAMILIES = {"entry": entry, "triton": triton, "cpp": cpp, "codegen": codegen, "autotuner": autotuner,
             "autotune": autotune, "dynamo": dynamo, "guards": guards, "precompile": precompile, "devices": devices,
             "graphs": graphs, "autograd": autograd, "tuning": tuning, "isa": isa, "coordesc": coordesc,
-            "configs": configs, "fx_cache": fx_cache}
+            "configs": configs, "fx_cache": fx_cache, "light": light}
 
 # name -> (module, attribute path), every family's
 SEAMS: Seams = {name: seam for family in FAMILIES.values() for name, seam in family.SEAMS.items()}

@@ -5,7 +5,6 @@ its header, and the futures its kernels are defined as. Checked on torch 2.11.0,
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,66 +40,11 @@ SEAMS: Seams = {
     "LambdaFuture.future": ("torch._inductor.codecache", "LambdaFuture.__init__"),
     "PyCodeCache.modules": ("torch._inductor.codecache", "PyCodeCache.modules"),
     "config (compile_worker_wait_timeout, read with getattr)": ("torch._inductor", "config"),
-    # the header's two imports that bring in Inductor's codegen, scheduler and lowerings, and the
-    # light equivalents the farm's codegen writes instead (``LIGHT_LINES``); these three checked on
-    # 2.11.0 and 2.13.0 only (stop 59: no 2.15 wheel installable on the dev box then)
-    "memory_planning._align (the header's align)": ("torch._inductor.codegen.memory_planning", "_align"),
-    "utils._align": ("torch._inductor.utils", "_align"),
-    "select_algorithm.extern_kernels": ("torch._inductor.select_algorithm", "extern_kernels"),
 }
 
 # The lines of the module header the farm's codegen replaces (PythonWrapperCodegen.write_header)
 STOCK_IMPORT = "from torch._inductor.async_compile import AsyncCompile"
 STOCK_INSTANCE = "async_compile = AsyncCompile()"
-
-# Two more header lines, written lighter by the farm's codegen: each stock import brings in
-# Inductor's codegen, scheduler and lowerings (1.0 s of a warm process on the dev box), which an
-# output module loaded from compiled frames never uses. ``align`` is the same function from the
-# module memory_planning takes it from; ``extern_kernels`` is ``ExternKernels`` (below). A header
-# without one of these lines keeps its own (``replace_line(..., required=False)``).
-LIGHT_LINES = (
-    ("from torch._inductor.codegen.memory_planning import _align as align",
-     "from torch._inductor.utils import _align as align"),
-    ("from torch._inductor.select_algorithm import extern_kernels",
-     "from raycompile.wrapper.runtime import extern_kernels"),
-)
-
-# Names of Inductor's ``extern_kernels`` bound to one of torch's own functions (``torch.NAME``), as
-# its ``ExternKernelChoice``s register them (kernel/mm.py, bmm.py, conv.py, mm_grouped.py);
-# ``tests/unit/test_compat.py`` checks each against the registered object.
-EXTERN_TORCH_FUNCTIONS = {
-    "mm": "mm", "mm_dtype": "mm", "addmm": "addmm", "bmm": "bmm", "bmm_dtype": "bmm", "baddbmm": "baddbmm",
-    "convolution": "convolution", "_int_mm": "_int_mm", "_scaled_mm": "_scaled_mm",
-    "_grouped_mm": "_grouped_mm", "_scaled_grouped_mm": "_scaled_grouped_mm",
-    "_sparse_semi_structured_mm": "_sparse_semi_structured_mm", "_weight_int8pack_mm": "_weight_int8pack_mm",
-}
-
-
-class ExternKernels:
-    """What the farm's output modules import as ``extern_kernels``: Inductor's namespace of the
-    ATen kernels that max-autotune's choices call (``select_algorithm.extern_kernels``), without
-    importing select_algorithm (which imports the lowerings to fill it). A name bound to one of
-    torch's own functions resolves to that function; any other name to Inductor's namespace,
-    imported then: the same objects, so the module calls what stock's calls."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        attr = EXTERN_TORCH_FUNCTIONS.get(name)
-        imported = sys.modules.get("torch._inductor.select_algorithm")
-        if imported is not None and not getattr(getattr(imported, "__spec__", None), "_initializing", False):
-            attr = None  # Inductor's namespace is there: its own object, whatever torch.NAME is now
-        if attr is not None:
-            import torch
-
-            value = getattr(torch, attr)
-        else:
-            from torch._inductor.select_algorithm import extern_kernels
-
-            value = getattr(extern_kernels, name)
-        self.__dict__[name] = value
-        return value
-
 
 _ABSENT = object()
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import importlib
 import inspect
 import logging
 import re
@@ -228,7 +227,7 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
     # process compiled (``store.serve``) instead of being traced; else Dynamo compiles it.
     from torch._dynamo import convert_frame
 
-    from . import precompile
+    from . import light, precompile
 
     stock_compile = convert_frame._compile
     serving = threading.local()  # .served: the frame being converted on this thread was served
@@ -286,8 +285,7 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
     stock_compiler_config = wrapper_class.__dict__["get_compiler_config"]
 
     def get_compiler_config(self: Any) -> Any:
-        for module in OPS_REGISTERED_BY_COMPILE_FX:  # stock's import of compile_fx registers these ops
-            importlib.import_module(module)
+        light.register_compile_fx_ops()  # as stock's import of compile_fx registers them
         return patched_config_dict(self.config)
 
     closed = False
@@ -304,8 +302,8 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
     reset_clears.__enter__()
     sources_once = precompile.sources_recorded_once()
     sources_once.__enter__()
-    light = precompile.light_loads()  # a loaded entry imports no lowering, scheduler or codegen
-    light.__enter__()
+    loads_light = light.light_loads()  # a loaded entry imports no lowering, scheduler or codegen
+    loads_light.__enter__()
     cache.__class__ = FarmDynamoCache
     convert_frame._compile = _compile
     wrapper_class.get_compiler_config = get_compiler_config
@@ -349,7 +347,7 @@ def frames_stored(store: FrameStore, backward_with_forward: bool = False) -> Ite
         identities.__exit__(None, None, None)
         reset_clears.__exit__(None, None, None)
         sources_once.__exit__(None, None, None)
-        light.__exit__(None, None, None)
+        loads_light.__exit__(None, None, None)
 
 
 def _init_field_reducers() -> dict[type, tuple[Any, Any]]:
@@ -429,12 +427,6 @@ def _caller_context() -> Any | None:
             return ctx
         frame = frame.f_back
     return None
-
-
-# Modules that register operators (``torch.ops.quantized_decomposed.*``, Inductor's prims) which
-# stock's ``torch.compile`` registers by importing compile_fx: a function that calls one without
-# importing it works in stock, and must with compiled frames too (cheap: about 0.06 s on the dev box)
-OPS_REGISTERED_BY_COMPILE_FX = ("torch.ao.quantization.fx._decomposed", "torch._inductor.inductor_prims")
 
 
 def patched_config_dict(config_patches: str | dict[str, Any] | None) -> dict[str, Any]:

@@ -10,13 +10,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import importlib.util
 import logging
 import pickle
 import re
 import struct
 import sys
-import threading
 import types
 import weakref
 from collections.abc import Callable, Iterator
@@ -57,15 +55,6 @@ SEAMS: Seams = {
     "eval_frame.skip_code": ("torch._dynamo.eval_frame", "skip_code"),
     "convert_frame.input_codes": ("torch._dynamo.convert_frame", "input_codes"),
     "codegen.PyCodegen.pop_null": ("torch._dynamo.codegen", "PyCodegen.pop_null"),
-    # a warm load without Inductor's compile modules (``light_loads``); these six checked on 2.11.0
-    # and 2.13.0 only (stop 59: no 2.15 wheel installable on the dev box then)
-    "codecache.FxGraphCache.cache_hit_post_compile": (
-        "torch._inductor.codecache", "FxGraphCache.cache_hit_post_compile"),
-    "graph.GraphLowering.save_output_code": ("torch._inductor.graph", "GraphLowering.save_output_code"),
-    "debug.RECORD_GRAPH_EXECUTION": ("torch._inductor.debug", "RECORD_GRAPH_EXECUTION"),
-    "debug.GRAPH_EXECUTION_ORDER": ("torch._inductor.debug", "GRAPH_EXECUTION_ORDER"),
-    "debug.GRAPH_COMPILE_IDS": ("torch._inductor.debug", "GRAPH_COMPILE_IDS"),
-    "output_code.CompiledFxGraph.__call__": ("torch._inductor.output_code", "CompiledFxGraph.__call__"),
 }
 
 log = logging.getLogger("raycompile.frames")
@@ -516,164 +505,6 @@ def sources_recorded_once() -> Iterator[None]:
         yield
     finally:
         package.SourceInfo.add_code = stock
-
-
-# -- a warm load without Inductor's compile modules ------------------------------------------------
-#
-# Loading an entry's compiled graphs and calling them needs none of Inductor's compile modules (the
-# farm's output modules import none: ``codegen.LIGHT_LINES``), but torch reaches two of them on the
-# way, each for a value that no one can have changed unless they imported that module:
-# - a cache hit's post-compile (``FxGraphCache.cache_hit_post_compile``) imports the graph lowering
-#   module to read a test hook, ``GraphLowering.save_output_code``, which is None until set;
-# - every compiled graph's call (``CompiledFxGraph.__call__``) reads ``torch._inductor.debug``'s
-#   graph-execution recording switches, off until set; stock's warm process has that module
-#   because it imported compile_fx.
-# Importing them brings in the lowerings, scheduler and codegen: about a second of a warm process
-# (the dev box) that Inductor would spend before its first output. ``light_loads`` gives those two
-# readers their values without the import; any other use of either module gets the real one.
-
-_GRAPH_MODULE = "torch._inductor.graph"
-_DEBUG_MODULE = "torch._inductor.debug"
-# debug.py's recording switches as that module sets them
-_DEBUG_DEFAULTS = {"RECORD_GRAPH_EXECUTION": False, "GRAPH_EXECUTION_ORDER": None, "GRAPH_COMPILE_IDS": None}
-_modules_lock = threading.Lock()
-
-
-class _SaveOutputCodeUnset:
-    """What a cache hit's post-compile gets for ``GraphLowering`` while the graph module is not
-    imported: its test hook, unset."""
-
-    save_output_code = None
-
-
-def _initializing(module: Any) -> bool:
-    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
-
-
-class _GraphModuleDeferred(types.ModuleType):
-    """``torch._inductor.graph`` in ``sys.modules`` while an entry installs, in a process that has
-    not imported it: the cache hit's post-compile reads ``GraphLowering.save_output_code`` as None;
-    any other use of it, on any thread (a read, a write, ``from ... import``), imports the real
-    module and goes to it."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "GraphLowering" and sys._getframe(1).f_code is _cache_hit_code():
-            return _SaveOutputCodeUnset
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(_real_module(_GRAPH_MODULE, self), name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("__"):
-            super().__setattr__(name, value)
-        else:
-            setattr(_real_module(_GRAPH_MODULE, self), name, value)
-
-
-class _DebugSwitches:
-    """What ``CompiledFxGraph.__call__`` gets for ``torch._inductor.debug`` while that module is
-    not imported (or another thread is importing it): its recording switches, read from the module
-    where it has set them, else as it sets them. Handed to that method alone."""
-
-    def __getattr__(self, name: str) -> Any:
-        real = sys.modules.get(_DEBUG_MODULE)
-        if name in _DEBUG_DEFAULTS:
-            return getattr(real, name, _DEBUG_DEFAULTS[name]) if real is not None else _DEBUG_DEFAULTS[name]
-        return getattr(importlib.import_module(_DEBUG_MODULE), name)
-
-
-_DEBUG_SWITCHES = _DebugSwitches()
-
-
-@functools.cache
-def _cache_hit_code() -> Any:
-    from torch._inductor.codecache import FxGraphCache
-
-    return FxGraphCache.cache_hit_post_compile.__code__
-
-
-@functools.cache
-def _graph_call_code() -> Any:
-    from torch._inductor.output_code import CompiledFxGraph
-
-    return CompiledFxGraph.__call__.__code__
-
-
-def _real_module(name: str, deferred: types.ModuleType) -> Any:
-    """The real module ``name``, imported (outside any lock of ours) once ``deferred`` is out of
-    ``sys.modules``."""
-    with _modules_lock:
-        if sys.modules.get(name) is deferred:
-            del sys.modules[name]
-    return importlib.import_module(name)
-
-
-@contextlib.contextmanager
-def _graph_module_deferred() -> Iterator[None]:
-    placed = None
-    if _GRAPH_MODULE not in sys.modules:
-        stand_in = _GraphModuleDeferred(_GRAPH_MODULE)
-        stand_in.__spec__ = importlib.util.find_spec(_GRAPH_MODULE)
-        with _modules_lock:
-            if _GRAPH_MODULE not in sys.modules:
-                placed = sys.modules[_GRAPH_MODULE] = stand_in
-    try:
-        yield
-    finally:
-        with _modules_lock:
-            if placed is not None and sys.modules.get(_GRAPH_MODULE) is placed:
-                del sys.modules[_GRAPH_MODULE]
-
-
-@contextlib.contextmanager
-def light_loads() -> Iterator[None]:
-    """While inside: every ``CompilePackage.install`` (an entry's frames and their compiled graphs,
-    loaded) runs with ``_GraphModuleDeferred`` standing in for the graph module where it is not
-    imported; and the package's ``__getattr__`` answers ``torch._inductor.debug`` for a compiled
-    graph's call with ``_DebugSwitches`` until the module is imported (anyone else gets the real
-    module, imported then), and ``torch._inductor.graph`` with the real module where a lookup finds
-    the stand-in. On exit both are taken back; where an entry was installed, the real debug module
-    is imported first, since the graphs loaded go on reading it after the session."""
-    import torch._inductor as inductor
-    from torch._dynamo.package import CompilePackage
-
-    stock_install = CompilePackage.__dict__["install"]
-    stock_getattr = inductor.__dict__.get("__getattr__")
-    loaded = threading.Event()  # an entry installed: its graphs read debug's switches at every call
-
-    @functools.wraps(stock_install)
-    def install(self: Any, *args: Any, **kwargs: Any) -> Any:
-        loaded.set()
-        with _graph_module_deferred():
-            return stock_install(self, *args, **kwargs)
-
-    def __getattr__(name: str) -> Any:
-        if name == "debug":
-            real = sys.modules.get(_DEBUG_MODULE)
-            if real is not None and not _initializing(real):
-                return real  # imported, the package's attribute not set yet
-            if sys._getframe(1).f_code is _graph_call_code():
-                return _DEBUG_SWITCHES
-            return importlib.import_module(_DEBUG_MODULE)
-        deferred = sys.modules.get(_GRAPH_MODULE)
-        if name == "graph" and isinstance(deferred, _GraphModuleDeferred):
-            return _real_module(_GRAPH_MODULE, deferred)
-        if stock_getattr is not None:
-            return stock_getattr(name)
-        raise AttributeError(f"module 'torch._inductor' has no attribute {name!r}")
-
-    CompilePackage.install = install
-    inductor.__getattr__ = __getattr__
-    try:
-        yield
-    finally:
-        CompilePackage.install = stock_install
-        if loaded.is_set():
-            importlib.import_module(_DEBUG_MODULE)
-        if stock_getattr is None:
-            inductor.__dict__.pop("__getattr__", None)
-        else:
-            inductor.__getattr__ = stock_getattr
 
 
 class _LoadedOnce:
