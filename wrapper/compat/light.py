@@ -58,7 +58,8 @@ def register_compile_fx_ops() -> None:
         importlib.import_module(module)
 
 
-# Two more header lines, written lighter by the farm's codegen: each stock import brings in
+# Two lines of Inductor's output module header, written lighter by the farm's codegen (next to
+# its own runtime's, ``codegen.STOCK_IMPORT``): each stock import brings in
 # Inductor's codegen, scheduler and lowerings (1.0 s of a warm process on the dev box), which an
 # output module loaded from compiled frames never uses. ``align`` is the same function from the
 # module memory_planning takes it from; ``extern_kernels`` is ``ExternKernels`` (below). A header
@@ -93,7 +94,7 @@ class ExternKernels:
             raise AttributeError(name)
         attr = EXTERN_TORCH_FUNCTIONS.get(name)
         imported = sys.modules.get("torch._inductor.select_algorithm")
-        if imported is not None and not getattr(getattr(imported, "__spec__", None), "_initializing", False):
+        if imported is not None and not _initializing(imported):
             attr = None  # Inductor's namespace is there: its own object, whatever torch.NAME is now
         if attr is not None:
             import torch
@@ -105,7 +106,6 @@ class ExternKernels:
             value = getattr(extern_kernels, name)
         self.__dict__[name] = value
         return value
-
 
 
 # -- a loaded entry's install and calls -------------------------------------------------------------
