@@ -32,7 +32,7 @@ KEY_VERSION = 1  # bump when the layout of what is cached changes
 # In torch.compiler.config.cache_key_tag while enabled (wrapper/codegen.py's output modules import
 # raycompile's runtime): the wrapper class is not in Inductor's FX-graph key, so without it
 # farm-made and stock modules would share cache entries. v2: the header imports ``align`` and
-# ``extern_kernels`` from elsewhere (wrapper/compat/codegen.py, LIGHT_LINES), which a raycompile
+# ``extern_kernels`` from elsewhere (wrapper/compat/light.py, LIGHT_LINES), which a raycompile
 # before it cannot import: it must not find these entries.
 OUTPUT_MODULE_TAG = "raycompile-output-module-v2"
 

@@ -56,9 +56,8 @@ def wrapper_codegen_classes() -> tuple[type, type]:
     return PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 
 
-def replace_line(buffer: Any, old: str, new: str, required: bool = True) -> bool:
-    """Replace the line reading ``old`` in an Inductor ``IndentedBuffer`` (keeping its indent);
-    whether one was replaced.
+def replace_line(buffer: Any, old: str, new: str, required: bool = True) -> None:
+    """Replace the line reading ``old`` in an Inductor ``IndentedBuffer`` (keeping its indent).
 
     Raises SeamMissing when no line reads ``old`` and it is ``required``: the header Inductor
     writes has changed."""
@@ -66,10 +65,9 @@ def replace_line(buffer: Any, old: str, new: str, required: bool = True) -> bool
     for i, line in enumerate(lines):
         if isinstance(line, str) and line.strip() == old:
             lines[i] = line.replace(old, new)
-            return True
+            return
     if required:
         raise SeamMissing(f"the output module header has no line {old!r} (PythonWrapperCodegen.write_header changed)")
-    return False
 
 
 def deferred_line(render: Callable[[], str]) -> Any:
