@@ -119,7 +119,9 @@ def test_four_drivers_compile_each_kernel_once(head: RayHead, tmp_path: pathlib.
     assert all(torch.equal(r["out"], alone_out) for r in results)
 
 
+# extended (docs/testing.md, stop 60): ranks of one node compiling once in test_graph_flights.py
 @pytest.mark.slow
+@pytest.mark.extended
 def test_drivers_of_one_cluster_compile_each_kernel_once_with_default_settings(
         head: RayHead, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No address (RAY_ADDRESS names the cluster, as `ray job submit` and `ray start` users have

@@ -386,6 +386,8 @@ def test_raycompile_autotune_a_user_kernel(cluster: Any) -> None:
     assert s["benchmarks"] == len(configs) and s["gpu_restarts"] == 1 and len(s["gpus"]) == 2
 
 
+# extended (docs/testing.md, stop 60): the actors' timings in the pool's other tests
+@pytest.mark.extended
 def test_gpu_actors_start_in_the_background_at_the_first_triton_compile(cluster: Any, tmp_path: pathlib.Path) -> None:
     """Not at ``enable()``, and not inside the first benchmark's wait: under max-autotune the
     session's GPU actors start in the background when the farm is sent the first GPU kernel to

@@ -110,6 +110,8 @@ def test_a_node_removed_mid_run_the_run_completes(cluster: Any, model_and_stock:
     assert assert_intact(tmp_path / "local") > 0
 
 
+# extended (docs/testing.md, stop 60): a loss the run survives with its cache intact in the node removed mid-run
+@pytest.mark.extended
 def test_the_head_cache_actor_killed_is_restarted_and_loses_nothing(
         cluster: Any, model_and_stock: Any, tmp_path: pathlib.Path) -> None:
     import ray

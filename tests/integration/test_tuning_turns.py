@@ -74,6 +74,8 @@ def test_the_process_that_loaded_a_kernel_with_the_compile_workers_tunes_it_firs
     assert a["let_go"] and b["let_go"] and b["finished"]
 
 
+# extended (docs/testing.md, stop 60): turns let go of in the file's other tests
+@pytest.mark.extended
 def test_a_turn_taken_ahead_for_a_kernel_never_run_is_let_go_of(tmp_path: pathlib.Path) -> None:
     """A takes the kernel's turn ahead (kept 1 s unclaimed) but never runs the kernel (it sleeps
     20 s, then exits): B waits for it about 1 s, not until A exits, then tunes the kernel itself."""

@@ -231,6 +231,44 @@ def test_a_compiled_graphs_call_reads_the_debug_switches_without_the_module() ->
     ], proc.stdout + proc.stderr[-2000:]
 
 
+def test_a_cache_hits_autotune_meta_lacks_tritons_hash_only_where_nothing_reads_it() -> None:
+    """A cache hit's post-compile asks ``inductor_meta_from_config`` for the bundled remote
+    autotune cache's meta, which hashes Triton's sources and library (0.29 s of a warm start on an
+    H200). While an entry installs (``light_loads``), that caller's meta has no hash where the
+    bundled cache is off, and the hash as stock's where it is on; any other caller gets stock's
+    meta; on exit the module is as it was. This box has no GPU (Triton is not usable here), so
+    ``has_triton`` and the hash are stand-ins that count calls, and the cache hit's code object is
+    a stand-in function's; that stock's post-compile is the caller is checked against its source."""
+    code = ("import inspect, torch\n"
+            "import torch._inductor.codecache as codecache\n"
+            "from torch._inductor import config\n"
+            "from torch._inductor.runtime import autotune_cache\n"
+            "from raycompile.wrapper.compat import light\n"
+            "print('autotune_cache.inductor_meta_from_config()' in inspect.getsource("
+            "codecache.FxGraphCache.cache_hit_post_compile))\n"
+            "hashed = []\n"
+            "torch.utils._triton.triton_hash_with_backend = lambda: hashed.append(1) or 'HASH'\n"
+            "stock_meta, autotune_cache.has_triton = autotune_cache.inductor_meta_from_config, lambda: True\n"
+            "def cache_hit():\n"
+            "    return autotune_cache.inductor_meta_from_config()['backend_hash']\n"
+            "light._cache_hit_code = lambda: cache_hit.__code__\n"
+            "with light._cache_hit_meta_without_triton_hash():\n"
+            "    print(cache_hit(), len(hashed))\n"
+            "    print(autotune_cache.inductor_meta_from_config()['backend_hash'], len(hashed))\n"
+            "    with config.patch(bundled_autotune_remote_cache=True):\n"
+            "        print(cache_hit(), len(hashed))\n"
+            "print(autotune_cache.inductor_meta_from_config is stock_meta, cache_hit(), len(hashed))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "True",
+        "None 0",  # the cache hit, bundled cache off: no hash
+        "HASH 1",  # any other caller: stock's
+        "HASH 2",  # the bundled cache on: hashed as stock
+        "True HASH 3",  # restored
+    ], proc.stdout + proc.stderr[-2000:]
+
+
 def test_torch_compile_keys_its_options_without_importing_inductor() -> None:
     """``torch.compile`` asks Inductor's backend for its compiler config at once (Dynamo keeps it;
     the frames' key reads it), and stock's method imports compile_fx for it: a second of a warm

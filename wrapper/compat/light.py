@@ -7,7 +7,8 @@ gets the real module:
 - the output module's header lines that import ``align`` and ``extern_kernels``, written lighter
   by the farm's codegen (``LIGHT_LINES``, ``ExternKernels``);
 - a cache hit's test-hook read and a compiled graph's reads of the debug module's switches, while
-  those modules are not imported (``light_loads``, entered by ``dynamo.frames_stored``);
+  those modules are not imported, and a cache hit's hash of Triton's sources where nothing reads
+  it (``light_loads``, entered by ``dynamo.frames_stored``);
 - the operators stock's import of compile_fx registers (``OPS_REGISTERED_BY_COMPILE_FX``).
 
 Checked on torch 2.11.0 and 2.13.0 (no 2.15 wheel could be installed on the dev box when it was
@@ -44,6 +45,16 @@ SEAMS: Seams = {
     "debug.GRAPH_COMPILE_IDS": ("torch._inductor.debug", "GRAPH_COMPILE_IDS"),
     "output_code.CompiledFxGraph.__call__": ("torch._inductor.output_code", "CompiledFxGraph.__call__"),
     "package.CompilePackage.install (wrapped)": ("torch._dynamo.package", "CompilePackage.install"),
+    # a cache hit's post-compile hashes Triton's sources for the bundled remote autotune cache's key
+    # (``light_loads``: not where that cache is off)
+    "autotune_cache.inductor_meta_from_config": (
+        "torch._inductor.runtime.autotune_cache", "inductor_meta_from_config"),
+    "autotune_cache.has_triton": ("torch._inductor.runtime.autotune_cache", "has_triton"),
+    "autotune_cache._AutotuneCacheBundlerImpl._should_use_bundled_autotune_remote_cache": (
+        "torch._inductor.runtime.autotune_cache",
+        "_AutotuneCacheBundlerImpl._should_use_bundled_autotune_remote_cache"),
+    "autotune_cache.AutotuneCacheBundler.begin_compile": (
+        "torch._inductor.runtime.autotune_cache", "AutotuneCacheBundler.begin_compile"),
 }
 
 # Modules that register operators (``torch.ops.quantized_decomposed.*``, Inductor's prims) which
@@ -121,6 +132,55 @@ class ExternKernels:
 # Importing them brings in the lowerings, scheduler and codegen: about a second of a warm process
 # (the dev box) that Inductor would spend before its first output. ``light_loads`` gives those two
 # readers their values without the import; any other use of either module gets the real one.
+
+# A cache hit's post-compile also asks ``autotune_cache.inductor_meta_from_config()`` for the meta
+# of the bundled remote autotune cache (``AutotuneCacheBundler.begin_compile``), and that hashes
+# Triton's sources and its library for ``backend_hash`` (``triton_key``: 0.29 s of a Mixtral-style
+# warm start's main thread on an H200, stop 59). ``begin_compile`` reads the hash only where that
+# cache is on (never unless configured, outside fbcode); ``light_loads`` hands a cache hit its meta
+# without the hash (None, as where Triton is absent) where that cache is off, and computes it as
+# stock where it is on. Every other caller gets stock's function.
+_NO_TRITON_HASH = threading.local()
+
+
+def _bundled_autotune_cache_on(meta: dict[str, Any]) -> bool:
+    try:
+        from torch._inductor.runtime.autotune_cache import _AutotuneCacheBundlerImpl
+
+        return bool(_AutotuneCacheBundlerImpl._should_use_bundled_autotune_remote_cache(meta))
+    except Exception:  # noqa: BLE001 - a seam moved, say: the hash is computed, as stock
+        return True
+
+
+@contextlib.contextmanager
+def _cache_hit_meta_without_triton_hash() -> Iterator[None]:
+    from torch._inductor.runtime import autotune_cache
+
+    stock_meta = autotune_cache.__dict__["inductor_meta_from_config"]
+    stock_has_triton = autotune_cache.__dict__["has_triton"]
+
+    def has_triton() -> bool:
+        return False if getattr(_NO_TRITON_HASH, "on", False) else stock_has_triton()
+
+    @functools.wraps(stock_meta)
+    def inductor_meta_from_config() -> Any:
+        if sys._getframe(1).f_code is not _cache_hit_code():
+            return stock_meta()
+        _NO_TRITON_HASH.on = True
+        try:
+            meta = stock_meta()
+        finally:
+            _NO_TRITON_HASH.on = False
+        return stock_meta() if _bundled_autotune_cache_on(meta) else meta
+
+    autotune_cache.has_triton = has_triton
+    autotune_cache.inductor_meta_from_config = inductor_meta_from_config
+    try:
+        yield
+    finally:
+        autotune_cache.inductor_meta_from_config = stock_meta
+        autotune_cache.has_triton = stock_has_triton
+
 
 _GRAPH_MODULE = "torch._inductor.graph"
 _DEBUG_MODULE = "torch._inductor.debug"
@@ -222,18 +282,25 @@ def light_loads() -> Iterator[None]:
     imported; and the package's ``__getattr__`` answers ``torch._inductor.debug`` for a compiled
     graph's call with ``_DebugSwitches`` until the module is imported (anyone else gets the real
     module, imported then), and ``torch._inductor.graph`` with the real module where a lookup finds
-    the stand-in. On exit both are taken back; where an entry was installed, the real debug module
-    is imported first, since the graphs loaded go on reading it after the session."""
+    the stand-in. From the first install, a cache hit's autotune meta lacks Triton's hash where
+    nothing reads it (``_cache_hit_meta_without_triton_hash``). On exit all are taken back; where
+    an entry was installed, the real debug module is imported first, since the graphs loaded go on
+    reading it after the session."""
     import torch._inductor as inductor
     from torch._dynamo.package import CompilePackage
 
     stock_install = CompilePackage.__dict__["install"]
     stock_getattr = inductor.__dict__.get("__getattr__")
     loaded = threading.Event()  # an entry installed: its graphs read debug's switches at every call
+    exits = contextlib.ExitStack()  # the cache hit's meta, entered at the first install
+    exits_lock = threading.Lock()
 
     @functools.wraps(stock_install)
     def install(self: Any, *args: Any, **kwargs: Any) -> Any:
-        loaded.set()
+        with exits_lock:
+            if not loaded.is_set():
+                exits.enter_context(_cache_hit_meta_without_triton_hash())
+                loaded.set()
         with _graph_module_deferred():
             return stock_install(self, *args, **kwargs)
 
@@ -258,6 +325,8 @@ def light_loads() -> Iterator[None]:
         yield
     finally:
         CompilePackage.install = stock_install
+        with exits_lock:
+            exits.close()
         if loaded.is_set():
             importlib.import_module(_DEBUG_MODULE)
         if stock_getattr is None:
