@@ -234,7 +234,7 @@ def test_a_compiled_graphs_call_reads_the_debug_switches_without_the_module() ->
 def test_a_cache_hits_autotune_meta_lacks_tritons_hash_only_where_nothing_reads_it() -> None:
     """A cache hit's post-compile asks ``inductor_meta_from_config`` for the bundled remote
     autotune cache's meta, which hashes Triton's sources and library (0.29 s of a warm start on an
-    H200). While an entry installs (``light_loads``), that caller's meta has no hash where the
+    H200). From a session's first install (``light_loads``) to its end, that caller's meta has no hash where the
     bundled cache is off, and the hash as stock's where it is on; any other caller gets stock's
     meta; on exit the module is as it was. This box has no GPU (Triton is not usable here), so
     ``has_triton`` and the hash are stand-ins that count calls, and the cache hit's code object is
@@ -257,7 +257,18 @@ def test_a_cache_hits_autotune_meta_lacks_tritons_hash_only_where_nothing_reads_
             "    print(autotune_cache.inductor_meta_from_config()['backend_hash'], len(hashed))\n"
             "    with config.patch(bundled_autotune_remote_cache=True):\n"
             "        print(cache_hit(), len(hashed))\n"
-            "print(autotune_cache.inductor_meta_from_config is stock_meta, cache_hit(), len(hashed))\n")
+            "stand_in = autotune_cache.has_triton\n"
+            "print(autotune_cache.inductor_meta_from_config is stock_meta, autotune_cache.has_triton is stand_in,\n"
+            "      cache_hit(), len(hashed))\n"
+            "from torch._dynamo.package import CompilePackage\n"
+            "CompilePackage.install = lambda self: print('installed', cache_hit(), len(hashed))\n"
+            "with light.light_loads():\n"
+            "    print(autotune_cache.inductor_meta_from_config is stock_meta)\n"
+            "    CompilePackage.install(None)\n"
+            "    late = CompilePackage.install\n"
+            "print(autotune_cache.inductor_meta_from_config is stock_meta, autotune_cache.has_triton is stand_in)\n"
+            "late(None)\n"
+            "print(autotune_cache.inductor_meta_from_config is stock_meta, autotune_cache.has_triton is stand_in)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == [
@@ -265,7 +276,12 @@ def test_a_cache_hits_autotune_meta_lacks_tritons_hash_only_where_nothing_reads_
         "None 0",  # the cache hit, bundled cache off: no hash
         "HASH 1",  # any other caller: stock's
         "HASH 2",  # the bundled cache on: hashed as stock
-        "True HASH 3",  # restored
+        "True True HASH 3",  # restored
+        "True",  # light_loads: nothing patched before an entry installs
+        "installed None 3",  # the first install: a cache hit's meta lacks the hash
+        "True True",  # restored at the session's end
+        "installed HASH 4",  # an install after the end (a thread holding the wrapper) patches nothing
+        "True True",
     ], proc.stdout + proc.stderr[-2000:]
 
 

@@ -137,9 +137,10 @@ class ExternKernels:
 # of the bundled remote autotune cache (``AutotuneCacheBundler.begin_compile``), and that hashes
 # Triton's sources and its library for ``backend_hash`` (``triton_key``: 0.29 s of a Mixtral-style
 # warm start's main thread on an H200, stop 59). ``begin_compile`` reads the hash only where that
-# cache is on (never unless configured, outside fbcode); ``light_loads`` hands a cache hit its meta
-# without the hash (None, as where Triton is absent) where that cache is off, and computes it as
-# stock where it is on. Every other caller gets stock's function.
+# cache is on (never unless configured, outside fbcode); from a session's first install to its end,
+# ``light_loads`` hands a cache hit its meta without the hash (None, as where Triton is absent)
+# where that cache is off, and computes it as stock where it is on. Every other caller gets stock's
+# function.
 _NO_TRITON_HASH = threading.local()
 
 
@@ -282,8 +283,9 @@ def light_loads() -> Iterator[None]:
     imported; and the package's ``__getattr__`` answers ``torch._inductor.debug`` for a compiled
     graph's call with ``_DebugSwitches`` until the module is imported (anyone else gets the real
     module, imported then), and ``torch._inductor.graph`` with the real module where a lookup finds
-    the stand-in. From the first install, a cache hit's autotune meta lacks Triton's hash where
-    nothing reads it (``_cache_hit_meta_without_triton_hash``). On exit all are taken back; where
+    the stand-in. From the first install to the exit, a cache hit's autotune meta (any cache hit's,
+    on any thread) lacks Triton's hash where nothing reads it (``_cache_hit_meta_without_triton_hash``).
+    On exit all are taken back; where
     an entry was installed, the real debug module is imported first, since the graphs loaded go on
     reading it after the session."""
     import torch._inductor as inductor
@@ -294,13 +296,14 @@ def light_loads() -> Iterator[None]:
     loaded = threading.Event()  # an entry installed: its graphs read debug's switches at every call
     exits = contextlib.ExitStack()  # the cache hit's meta, entered at the first install
     exits_lock = threading.Lock()
+    closed = []  # set at exit: an install that comes later (a thread that held the wrapper) patches nothing
 
     @functools.wraps(stock_install)
     def install(self: Any, *args: Any, **kwargs: Any) -> Any:
         with exits_lock:
-            if not loaded.is_set():
+            if not loaded.is_set() and not closed:
                 exits.enter_context(_cache_hit_meta_without_triton_hash())
-                loaded.set()
+            loaded.set()
         with _graph_module_deferred():
             return stock_install(self, *args, **kwargs)
 
@@ -326,6 +329,7 @@ def light_loads() -> Iterator[None]:
     finally:
         CompilePackage.install = stock_install
         with exits_lock:
+            closed.append(True)
             exits.close()
         if loaded.is_set():
             importlib.import_module(_DEBUG_MODULE)
