@@ -167,6 +167,13 @@ def test_entering_compiled_frames_does_not_import_inductor() -> None:
     assert proc.stdout.split() == ["False", "True", "True"], proc.stdout
 
 
+def _printed(code: str) -> list[str]:
+    """The lines ``code`` prints in a new interpreter (which must exit 0)."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.splitlines()
+
+
 def test_a_light_load_gives_the_real_modules_to_every_other_use() -> None:
     """``light_loads``: while an entry installs, the graph module's stand-in (with the real spec)
     gives anyone but the cache hit's post-compile the real module; ``torch._inductor.debug`` looked
@@ -187,16 +194,14 @@ def test_a_light_load_gives_the_real_modules_to_every_other_use() -> None:
             "        from torch._inductor.graph import GraphLowering\n"
             "        print(GraphLowering.__module__, hasattr(GraphLowering, 'run'), type(sys.modules[G]).__name__)\n"
             "print('__getattr__' in vars(torch._inductor), torch._inductor.graph is sys.modules[G])\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines() == [
+    assert _printed(code) == [
         "False False",  # neither imported by torch or the codecache
         "False",
         "module torch._inductor.debug True False",  # not a graph's call: the real module
         "_GraphModuleDeferred torch._inductor.graph",
         "torch._inductor.graph True module",  # any other use: the real class, the real module in place
         "False True",
-    ], proc.stdout + proc.stderr[-2000:]
+    ]
 
 
 def test_a_compiled_graphs_call_reads_the_debug_switches_without_the_module() -> None:
@@ -222,13 +227,11 @@ def test_a_compiled_graphs_call_reads_the_debug_switches_without_the_module() ->
             "    print(CompiledFxGraph.__call__(graph, [2]), importing.GRAPH_EXECUTION_ORDER)\n"
             "    del sys.modules[D]\n"
             "print(D in sys.modules)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines() == [
+    assert _printed(code) == [
         "('ran', [1]) False",
         "('ran', [2]) [{'compile_id': None}]",
         "False",  # no entry installed: the session's end imports nothing
-    ], proc.stdout + proc.stderr[-2000:]
+    ]
 
 
 def test_a_cache_hits_autotune_meta_lacks_tritons_hash_only_where_nothing_reads_it() -> None:
@@ -269,9 +272,7 @@ def test_a_cache_hits_autotune_meta_lacks_tritons_hash_only_where_nothing_reads_
             "print(autotune_cache.inductor_meta_from_config is stock_meta, autotune_cache.has_triton is stand_in)\n"
             "late(None)\n"
             "print(autotune_cache.inductor_meta_from_config is stock_meta, autotune_cache.has_triton is stand_in)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines() == [
+    assert _printed(code) == [
         "True",
         "None 0",  # the cache hit, bundled cache off: no hash
         "HASH 1",  # any other caller: stock's
@@ -282,7 +283,7 @@ def test_a_cache_hits_autotune_meta_lacks_tritons_hash_only_where_nothing_reads_
         "True True",  # restored at the session's end
         "installed HASH 4",  # an install after the end (a thread holding the wrapper) patches nothing
         "True True",
-    ], proc.stdout + proc.stderr[-2000:]
+    ]
 
 
 def test_torch_compile_keys_its_options_without_importing_inductor() -> None:

@@ -296,7 +296,7 @@ def light_loads() -> Iterator[None]:
     loaded = threading.Event()  # an entry installed: its graphs read debug's switches at every call
     exits = contextlib.ExitStack()  # the cache hit's meta, entered at the first install
     exits_lock = threading.Lock()
-    closed = []  # set at exit: an install that comes later (a thread that held the wrapper) patches nothing
+    closed = False  # set at exit: an install that comes later (a thread that held the wrapper) patches nothing
 
     @functools.wraps(stock_install)
     def install(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -329,7 +329,7 @@ def light_loads() -> Iterator[None]:
     finally:
         CompilePackage.install = stock_install
         with exits_lock:
-            closed.append(True)
+            closed = True
             exits.close()
         if loaded.is_set():
             importlib.import_module(_DEBUG_MODULE)
