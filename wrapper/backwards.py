@@ -2,7 +2,7 @@
 training frame's first backward, so that a cold compile costs what stock's does. A frame's entry is
 complete, and written, once that backward ran. Two exceptions:
 
-- in a rank of a job (``job_of_ranks``) it is lowered with the forward: the owner of a flight hands
+- in a rank of a job of several (``job_of_ranks``) it is lowered with the forward: the owner of a flight hands
   its waiters whole frames as soon as they are compiled, before its step waits on them in a
   collective;
 - a training frame whose backward never ran (a forward with grad-requiring parameters, called
@@ -29,15 +29,18 @@ NO_BACKWARD_S = 60.0
 
 
 def job_of_ranks() -> bool:
-    """Whether this process is a rank of a job (torchrun's variables, or a process group of more
-    than one): its frames' backward is lowered with the forward."""
+    """Whether this process is a rank of a job of several (torchrun's variables, or a process group
+    of more than one): its frames' backward is lowered with the forward. A job of one rank
+    (``WORLD_SIZE=1``, as ``torchrun --nproc-per-node 1`` on one node sets beside ``RANK=0``) has
+    no rank to hand frames to: its backward is lowered at its first backward, as stock lowers it
+    (which also times max-autotune's backward candidates after the forward ran, as stock does)."""
     env = os.environ
-    if env.get("RANK", "").isdigit() or env.get("LOCAL_RANK", "").isdigit():
-        return True
-    if env.get("WORLD_SIZE", "").isdigit() and int(env["WORLD_SIZE"]) > 1:
-        return True
     dist = getattr(torch, "distributed", None)
-    return bool(dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+    if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return True
+    if env.get("WORLD_SIZE", "").isdigit():
+        return int(env["WORLD_SIZE"]) > 1
+    return env.get("RANK", "").isdigit() or env.get("LOCAL_RANK", "").isdigit()
 
 
 def exiting() -> bool:

@@ -1,9 +1,10 @@
 """Compiled frames with the backward lowered lazily, as stock lowers it (``wrapper/frames.py``):
 ``raycompile.enable()`` alone, a ``file://`` shared tier, each process new with empty local caches.
 
-- A training step: the compile lowers only the forward; the backward is lowered at the first
-  backward, and the frame's entry, complete then, is written; a new process loads it and traces
-  nothing, with bitwise the same output and gradients.
+- A training step (its cold process the one rank of a job, ``WORLD_SIZE=1``): the compile lowers
+  only the forward; the backward is lowered at the first backward, and the frame's entry, complete
+  then, is written; a new process loads it and traces nothing, with bitwise the same output and
+  gradients.
 - A forward with grad-requiring parameters and no backward (an evaluation that forgot
   ``no_grad``): its backward is lowered at ``disable()`` (counted ``dynamo_backward_ahead``) and
   the entry written; a new process loads it, traces nothing, and its backward (loaded too) gives
@@ -28,11 +29,13 @@ import torch
 DRIVER = pathlib.Path(__file__).with_name("backward_driver.py")
 
 
-def start(shared: pathlib.Path, where: pathlib.Path, mode: str) -> Callable[[], dict[str, Any]]:
+def start(shared: pathlib.Path, where: pathlib.Path, mode: str,
+          job: dict[str, str] | None = None) -> Callable[[], dict[str, Any]]:
     out = where / "out.pt"
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"), "TRITON_CACHE_DIR": str(where / "triton")}
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "RAYCOMPILE_COMPILE_JOBS", "RAY_ADDRESS"):
         env.pop(name, None)  # not a rank of a job: the backward is lowered lazily
+    env.update(job or {})
     return procs.start(DRIVER, [f"file://{shared}", str(where / "raycompile"), str(out), mode], env, out, timeout=300)
 
 
@@ -44,7 +47,11 @@ def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 def test_the_backward_is_lowered_at_the_first_backward_and_an_entry_without_one_is_completed_next_time(
         tmp_path: pathlib.Path) -> None:
     train, forward = tmp_path / "train", tmp_path / "forward"
-    train_cold, forward_cold = start(train, tmp_path / "t1", "train"), start(forward, tmp_path / "f1", "forward")
+    # the training step's cold process is the one rank of a job (torchrun --nproc-per-node 1 sets
+    # RANK=0 beside WORLD_SIZE=1): no rank waits for its frames, so it lowers lazily too
+    one_rank = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
+    train_cold = start(train, tmp_path / "t1", "train", one_rank)
+    forward_cold = start(forward, tmp_path / "f1", "forward")
 
     # a training step: lazily lowered, written once its backward ran, loaded whole elsewhere
     cold = train_cold()
