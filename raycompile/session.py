@@ -129,7 +129,7 @@ class Session:
                           self._shared_now) if self.cache.local else None
         self.frames = FrameCache(self.cache, self.stats, functools.partial(self.install, codegen=False),
                                  OUTPUT_MODULE_TAG, on_miss=on_miss,
-                                 inflight=inflight, flight_wait_s=self.settings.job_timeout_s, submit=self.io.submit)
+                                 inflight=inflight, flight_wait_s=self.settings.job_timeout_s)
         self.frames.install_at_compile()
 
     def _shared_now(self) -> Any:

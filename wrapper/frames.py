@@ -98,10 +98,8 @@ class FrameCache:
 
     def __init__(self, cache: Cache, stats: Stats, before_load: Callable[[], None], output_tag: str,
                  publish_delay_s: float = PUBLISH_DELAY_S, on_miss: Callable[[dict[str, Any]], None] | None = None,
-                 inflight: Claims | None = None, flight_wait_s: float = 1800.0,
-                 submit: Callable[..., Any] | None = None) -> None:
+                 inflight: Claims | None = None, flight_wait_s: float = 1800.0) -> None:
         self.cache, self.stats, self.before_load = cache, stats, before_load
-        self.submit = submit  # an I/O thread's: torch's and Triton's source hashes, computed ahead
         # single flight among the job's processes (wrapper/flights.py), where the node has a cache dir
         self.flights = Flights(inflight, stats, flight_wait_s, self._publish_in_flight) if inflight else None
         self._route = threading.local()  # .claim: where write() puts an entry in flight instead of a generation
@@ -135,8 +133,6 @@ class FrameCache:
         self._installed = compat.frames_stored(self, backward_with_forward=job_of_ranks())
         self._installed.__enter__()
         atexit.register(self._at_exit)
-        if self.submit is not None:  # the first call (a load or a compile) needs both
-            compat.version_hashes_ahead(self.submit)
 
     def install_at_compile(self) -> None:
         """``install`` at the next ``torch.compile``, on its thread: Dynamo is imported there (as

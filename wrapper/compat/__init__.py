@@ -112,7 +112,6 @@ from .entry import (
     remote_cache_backend_base,
     remote_module_caches,
     stock_pools,
-    version_hashes_ahead,
     wake_pool,
 )
 from .graph_wire import compile_here as compile_graph_here
@@ -305,7 +304,6 @@ __all__ = [
     "is_caching_autotuner",
     "is_future",
     "is_readiness_probe",
-    "version_hashes_ahead",
     "wake_pool",
     "loaded_output_modules",
     "max_autotune_on",

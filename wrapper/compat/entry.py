@@ -4,7 +4,6 @@ remote FX-graph and AOTAutograd caches, the cache-key tag). Checked on torch 2.1
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import functools
 import sys
@@ -38,132 +37,7 @@ SEAMS: Seams = {
     "compiler.config.cache_key_tag": ("torch.compiler.config", "cache_key_tag"),
     "FxGraphHashDetails.cache_key_tag": ("torch._inductor.codecache", "FxGraphHashDetails.__init__"),
     "compiled_fx_graph_hash": ("torch._inductor.codecache", "compiled_fx_graph_hash"),
-    "codecache.torch_key": ("torch._inductor.codecache", "torch_key"),
-    "triton_compat.triton_key": ("torch._inductor.runtime.triton_compat", "triton_key"),
 }
-
-
-def version_hashes_ahead(submit: Callable[..., Any]) -> None:
-    """Have ``submit`` (I/O threads) compute the hashes of torch's and Triton's own source files
-    that Inductor's cache keys and Triton's kernel loads ask for (``torch_key``, ``triton_key``:
-    every file read and hashed, 0.1-0.2 s and 0.4 s on an H200 host when nothing else runs, once
-    per process), so the first call finds them cached instead of computing them on its thread. The
-    modules are imported here, on the caller's thread (the first call imports them anyway): an
-    import on another thread could deadlock with the caller's own imports. The values are torch's
-    and Triton's own, computed by their own functions.
-
-    A caller that asks for ``torch_key`` while the I/O thread computes it waits for it at most
-    ``KEY_WAIT_S``, then computes it itself, as stock does (``_key_ahead``). The I/O thread's
-    computation holds the GIL for a moment per file, and beside a busy main thread (Dynamo tracing)
-    each moment waits for the GIL: it took 8.2 s under max-autotune on an H200 host (stop 56),
-    where stock's main thread computes it in 0.1 s, and a first call that waited for it as long as
-    it took lost 2.0 s there."""
-    try:
-        from torch._inductor import codecache
-        from torch._inductor.runtime import triton_compat
-    except ImportError:
-        return
-    triton_key = getattr(triton_compat, "triton_key", None) if getattr(triton_compat, "HAS_TRITON", False) else None
-    computes = [_key_ahead(codecache.torch_key) or _quietly(codecache.torch_key)]
-    if triton_key is not None:
-        computes.append(_quietly(triton_key))
-    for compute in computes:
-        try:
-            submit(compute)
-        except RuntimeError:  # the executor is shutting down: the first call computes them, as stock
-            undo = getattr(compute, "undo", None)
-            if undo is not None:
-                undo()
-
-
-def _quietly(key: Callable[[], Any]) -> Callable[[], None]:
-    def compute() -> None:
-        try:
-            key()
-        except Exception:  # noqa: BLE001 - the caller computes it where it needs it, and sees its error
-            pass
-
-    return compute
-
-
-# how long a caller of torch_key waits for the I/O thread's value before computing it itself, as
-# stock: about what computing it costs a main thread that has the GIL to itself (0.1-0.3 s)
-KEY_WAIT_S = 0.25
-
-
-def _key_ahead(key: Any) -> Callable[[], None] | None:
-    """``torch_key``'s cache computed on an I/O thread, its caller waiting for that at most
-    ``KEY_WAIT_S``: returns what computes the value with the cache's own function (``func`` of the
-    wrapper's closure) and puts it in the cache, and, until it is in, makes ``func`` a short wait
-    for it, after which the caller computes it as stock. The caches: torch 2.11's
-    (``codecache.torch_key_cache``: the value in the closure's list ``_cache``, no lock) and 2.13's
-    (``prefetchable_cache``: ``set``; the caller computes under its lock, so the I/O thread does
-    not take that lock while it computes). ``func`` is stock's again once the value is in. None
-    where ``torch_key`` is neither, or 2.11's holds its value already."""
-    cells = dict(zip(getattr(getattr(key, "__code__", None), "co_freevars", ()),
-                     getattr(key, "__closure__", None) or ()))
-    func, cache = cells.get("func"), cells.get("_cache")
-    try:
-        stock, values = func.cell_contents, cache.cell_contents  # type: ignore[union-attr]
-    except (AttributeError, ValueError):  # another cache, or an empty cell
-        return None
-    if not callable(stock):
-        return None
-    if isinstance(values, list):  # 2.11
-
-        def cached() -> bool:
-            return bool(values)
-
-        def store(value: Any) -> None:
-            if not values:
-                values.append(value)
-    elif callable(getattr(key, "set", None)):  # 2.13: unset, ``_cache`` holds the module's bare ``object()``
-        lock = cells.get("_lock")
-
-        def cached() -> bool:
-            return type(cache.cell_contents) is not object  # type: ignore[union-attr]
-
-        def store(value: Any) -> None:
-            if lock is not None and lock.cell_contents.locked():  # the caller computes it, and caches its own
-                return
-            try:
-                key.set(value)
-            except RuntimeError:  # the caller computed it first
-                pass
-    else:
-        return None
-    if cached():
-        return None
-    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-    def waited() -> Any:
-        try:
-            return done.result(timeout=KEY_WAIT_S)
-        except Exception:  # noqa: BLE001 - its computation failed or is not done: computed here, as stock
-            return stock()
-
-    def undo() -> None:
-        if func.cell_contents is waited:  # type: ignore[union-attr]
-            func.cell_contents = stock  # type: ignore[union-attr]
-
-    def compute() -> None:
-        if cached():  # the caller computed it while this waited in the I/O queue
-            undo()
-            done.cancel()
-            return
-        try:
-            value = stock()
-        except BaseException as e:  # noqa: BLE001 - a waiting caller computes it and sees the error
-            undo()
-            done.set_exception(e)
-            return
-        done.set_result(value)  # first: a 2.13 caller waits for it holding the lock that ``set`` takes
-        store(value)
-        undo()
-
-    func.cell_contents = waited  # type: ignore[union-attr]
-    compute.undo = undo  # type: ignore[attr-defined]
-    return compute
 
 
 @contextlib.contextmanager
