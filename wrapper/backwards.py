@@ -36,8 +36,8 @@ def job_of_ranks() -> bool:
     (which also times max-autotune's backward candidates after the forward ran, as stock does)."""
     env = os.environ
     dist = getattr(torch, "distributed", None)
-    if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return True
+    if dist is not None and dist.is_available() and dist.is_initialized():  # the job's own answer
+        return dist.get_world_size() > 1
     if env.get("WORLD_SIZE", "").isdigit():
         return int(env["WORLD_SIZE"]) > 1
     return env.get("RANK", "").isdigit() or env.get("LOCAL_RANK", "").isdigit()

@@ -7,7 +7,7 @@ traces nothing (``cache/inflight.py`` holds the claims and the frames in flight)
 - ``claim`` (``wrapper/frames.py``, at ``torch.compile``'s lookup that found nothing): the owner
   compiles as usual; a waiter's ``torch.compile`` returns at once, as stock's does.
 - The owner publishes what it compiled so far, while anyone waits, as soon as a frame is complete
-  (in a rank of a job its backward is lowered with its forward; elsewhere a training frame is
+  (in a rank of a job of several its backward is lowered with its forward; elsewhere a training frame is
   complete once its backward ran): at the end of each frame it traces, on the compiling thread
   (``traced``; spaced so that publishing costs that thread at most a tenth of its time), and from
   its watcher thread when it stops compiling (its frames run, or wait in a collective on the

@@ -43,13 +43,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def start(ray_tmpdir: str, node_cache: pathlib.Path, where: pathlib.Path, stock: bool = False,
           shared: str = "none", rank: int = 0, pause_s: float = 0.0, unsaveable: bool = False) -> subprocess.Popen[str]:
     """A rank: a new process with Inductor caches of its own, the node's raycompile cache dir and
-    the ``shared`` tier, and torchrun's ``RANK`` and ``LOCAL_RANK`` (an entry is shared by ranks).
+    the ``shared`` tier, and torchrun's ``RANK`` and ``LOCAL_RANK`` (an entry is shared by ranks; no ``WORLD_SIZE``: a
+    job of several).
     ``pause_s``: the step sleeps that long between its two frames; ``unsaveable``: after its break
     the step calls a function whose frame torch cannot save (frames_driver.py)."""
     where.mkdir(parents=True)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(where / "inductor"), "TRITON_CACHE_DIR": str(where / "triton"),
            "RAY_TMPDIR": ray_tmpdir, "RANK": str(rank), "LOCAL_RANK": str(rank), "FRAMES_DRIVER_PAUSE_S": str(pause_s),
            "FRAMES_DRIVER_UNSAVEABLE": "1" if unsaveable else "0"}
+    env.pop("WORLD_SIZE", None)  # a rank of a job of several (WORLD_SIZE=1 would lower its backward lazily)
     for name in ("RAYCOMPILE_SECRET", "RAY_ADDRESS", "RAY_AUTH_MODE"):
         env.pop(name, None)
     args = ["", shared, str(node_cache), str(where / "out.pt"), "8"] + (["stock"] if stock else [])

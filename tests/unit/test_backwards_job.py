@@ -27,3 +27,19 @@ def test_only_a_rank_of_a_job_of_several_lowers_its_backward_with_its_forward(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert job_of_ranks() is lowered_with_forward
+
+
+def test_an_initialized_process_group_answers_for_the_job(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # noqa: ANN001
+    """A process group of one (gloo, real) is a job of one rank whatever the environment says."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        pytest.skip("this torch has no torch.distributed")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert job_of_ranks()  # the environment alone: a rank of a job of several
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        assert not job_of_ranks()
+    finally:
+        dist.destroy_process_group()

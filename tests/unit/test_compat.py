@@ -162,6 +162,7 @@ def test_a_cpu_install_without_triton_passes_the_check(monkeypatch: pytest.Monke
     with pytest.raises(compat.SeamMissing, match="gone"):
         compat.check()
 
+
 HASHING_THREADS = r"""
 import json, sys, tempfile, threading
 import torch
@@ -183,10 +184,11 @@ out = torch.compile(lambda x: torch.sin(x) * 2 + 1)(torch.arange(8.0))
 raycompile.disable()
 sys.setprofile(None)
 threading.setprofile(None)
-print(json.dumps(sorted(set(seen))))
+print(json.dumps({"seen": sorted(set(seen)), "traced": raycompile.stats().get("dynamo_frames_traced", 0)}))
 """
 
 
+@pytest.mark.slow  # a compiling subprocess (about 20 s)
 def test_torch_and_tritons_source_hashes_are_computed_where_stock_computes_them() -> None:
     """torch's and Triton's source hashes (``torch_key``, ``triton_key``: every source file read
     and hashed) are computed by the thread that asks for them, as stock does. Until stop 61 the
@@ -194,13 +196,16 @@ def test_torch_and_tritons_source_hashes_are_computed_where_stock_computes_them(
     cold compile (a GPT-2-style step's tracing 1.1 s longer than stock's on an H200, stop 61's
     sample) and gained nothing measurable on a warm start (stop 59's A/B). A real compile in a new
     process, every thread's calls recorded: none of raycompile's threads computes either hash,
-    and the compile did compute torch's (Inductor's cache key asks for it)."""
+    the compile did compute torch's (Inductor's cache key asks for it), and it went through
+    compiled frames (where the hashes were computed ahead)."""
     import json
     import subprocess
     import sys
 
     done = subprocess.run([sys.executable, "-c", HASHING_THREADS], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    seen = [tuple(pair) for pair in json.loads(done.stdout.strip().splitlines()[-1])]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = [tuple(pair) for pair in got["seen"]]
+    assert got["traced"] >= 1, got  # compiled frames were installed: the path that computed them ahead
     assert any(name == "build_code_hash" for name, _ in seen), seen
     assert not [thread for _, thread in seen if thread.startswith("raycompile")], seen
