@@ -481,6 +481,13 @@ COUNTERS: tuple[Counter, ...] = (
         seconds=True,
     ),
     Counter(
+        "probe_wait_seconds",
+        "Ray",
+        "seconds shared-tier lookups spent waiting for the cluster probe's answer (the cluster's secret, "
+        "asked by a process that starts no Ray), summed",
+        seconds=True,
+    ),
+    Counter(
         "graph_kernel_jobs", "whole graphs on the cluster", "kernel compile jobs the graph tasks' workers ran or sent"
     ),
     Counter(

@@ -173,6 +173,11 @@ class Session:
         startup.probe = self.probe.future  # whether the cluster is this machine alone (Startup.alone_here)
         tier: concurrent.futures.Future[Any] = concurrent.futures.Future()
         settled = threading.Lock()
+        probed: list[bool] = []  # [True] once the probe's answer (not Ray's start) made the tier
+
+        def waited_for(s: float) -> None:
+            """A lookup waited ``s`` for the tier: for the probe's answer, or for Ray's start."""
+            stats.add(**{"probe_wait_seconds" if probed else "ray_wait_seconds": s})
 
         def settle(f: concurrent.futures.Future[Any] | None, value: Any = None) -> None:
             """The tier: ``f``'s outcome, or ``value`` without one; the first settles it."""
@@ -187,6 +192,7 @@ class Session:
         def answered(done: concurrent.futures.Future[dict[str, Any]]) -> None:
             got = done.result()
             if "secret" in got and not (url == "auto" and got["nodes"] > 1):
+                probed.append(True)
                 settle(None, shared_tier(url, got["secret"]) if url != "auto" else None)
                 return
             # several nodes (auto: the head's tier), or the probe failed (Ray's start reports why)
@@ -200,7 +206,7 @@ class Session:
 
         self.probe.future.add_done_callback(answered)
         startup.shared.add_done_callback(start_failed)
-        return DeferredTier(tier, startup.wait_s, waited)
+        return DeferredTier(tier, startup.wait_s, waited_for)
 
     # -- the Inductor side, at the first compile ------------------------------------------------
 

@@ -87,6 +87,9 @@ def ray_lines(stats: Mapping[str, Any]) -> list[str]:
     if start or waited:
         stages = ", ".join(f"{stage} {s:.1f} s" for stage, s in start.items()) or "not up"
         lines.append(f"  Ray after enable(): {stages}; kernel compiles waited {waited:.1f} s for it (summed)")
+    if stats.get("probe_wait_seconds"):
+        lines.append(f"  shared-tier lookups waited {stats['probe_wait_seconds']:.1f} s for the cluster probe's "
+                     "answer (its secret; set RAYCOMPILE_SECRET to skip the probe)")
     if stats.get("ray_unavailable"):
         lines.append(f"  without Ray: {stats['fallbacks']} compiles ran locally with stock Inductor, because: "
                      f"{stats['ray_unavailable'].splitlines()[0][:400]}")

@@ -100,7 +100,8 @@ def test_compiled_frames_warm_start_another_process(cluster: str, cold: tuple[pa
     assert w["jobs"] == 0 and w["jobs_local"] == 0 and w["fallbacks"] == 0 and w["shared_hits"] > 0, w
     assert w["dynamo_functions"] == {"__main__.Block.forward": {"loaded": 2, "traced": 0, "generation": 0}}
     assert equal(warm["result"], cold["result"])
-    # every compile hit: Ray was never begun (nor imported), nothing waited for it
+    # every compile hit: Ray was never begun (nor imported), nothing waited for it (a lookup may
+    # wait for the probe process's answer, counted apart: how long depends on the machine)
     assert "begun" not in w["ray_start_seconds"] and not w["ray_wait_seconds"] and not warm["ray_imported"], w
     # nor Inductor's lowering, scheduler or codegen: the loaded graphs need none of them
     assert warm["inductor_compile_modules"] == [], warm["inductor_compile_modules"]
