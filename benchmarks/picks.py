@@ -2,11 +2,16 @@
 
 ``picks()``: the kernels a process's compiled graphs chose, read from their output modules (every
 module Inductor loaded, ``PyCodeCache.modules``: compiled here or loaded from a cache). Each GEMM
-decision leaves either an ATen call (``extern_kernels.mm(...)``) or a Triton template kernel
-(``triton_tem_*``) whose configuration is in its source (its ``tl.constexpr`` block sizes,
-``num_stages``, ``num_warps``). A pick is one such string; the picks of a process are their
-multiset. Two processes that decided the same way have equal multisets; ranks that decided
-differently (another template config, ATen against a template) do not. Kernel names are left out
+call site leaves either an ATen call (``extern_kernels.mm(...)``) or a launch
+(``KERNEL.run(...)``) of a Triton template kernel (``triton_tem_*``) whose configuration is in its
+source (its ``tl.constexpr`` block sizes, ``num_stages``, ``num_warps``). A pick is one such string
+per call site; the picks of a process are their multiset. Two processes that decided the same way
+have equal multisets; ranks that decided differently (another template config, ATen against a
+template) do not, and ``differ`` counts each call site decided differently twice (a pick on each
+side). A template kernel launched at several call sites (Inductor defines a kernel of one source
+once) counts once per launch. Until stop 62 it counted once per definition while ATen calls
+counted per call, so a process that picked a reused template where another called ATen seemed to
+differ in more picks than it did, and its pick total was smaller. Kernel names are left out
 (their indices depend on the order of compilation), so stock's and the farm's output modules,
 which differ in how they define kernels but not in what they chose, compare too.
 
@@ -26,20 +31,27 @@ import subprocess
 import threading
 import time
 
-_TEMPLATE = re.compile(r"async_compile\.triton\(\s*'(triton_tem_\w+?)(?:_\d+)?',\s*'''(.*?)'''", re.S)
+# a template kernel's definition, as stock's and the farm's output modules write it:
+# ``NAME = async_compile.triton('NAME', '''SOURCE''', ...)``
+_DEFINITION = re.compile(r"^(\w+) = async_compile\.triton\(\s*'(triton_tem_\w+?)(?:_\d+)?',\s*'''(.*?)'''", re.S | re.M)
 _CONSTEXPR = re.compile(r"^\s*(\w+)\s*:\s*tl\.constexpr\s*=\s*(\S+)", re.M)
 _STAGES_WARPS = re.compile(r"num_stages=(\d+),\s*num_warps=(\d+)")
 _EXTERN = re.compile(r"\bextern_kernels\.(\w+)\(")
 
 
 def picks_of(source: str) -> list[str]:
-    """The GEMM picks in one output module's source."""
-    out, rest = [], source
-    for name, body in _TEMPLATE.findall(source):
+    """The GEMM picks in one output module's source: one per call site."""
+    templates, rest = [], source
+    for variable, name, body in _DEFINITION.findall(source):
         consts = ",".join(f"{k}={v}" for k, v in _CONSTEXPR.findall(body))
         sw = _STAGES_WARPS.search(body)
-        out.append(f"template {name}[{consts}] stages={sw.group(1) if sw else '?'} warps={sw.group(2) if sw else '?'}")
+        templates.append((variable, f"template {name}[{consts}] stages={sw.group(1) if sw else '?'} "
+                                    f"warps={sw.group(2) if sw else '?'}"))
         rest = rest.replace(body, "")
+    out = []
+    for variable, pick in templates:  # launched in the module's call(), outside every kernel's source
+        launches = len(re.findall(rf"\b{re.escape(variable)}\.run\(", rest))
+        out += [pick] * max(1, launches)  # a definition whose launch this does not read: once
     out += [f"aten {op}" for op in _EXTERN.findall(rest)]
     return out
 

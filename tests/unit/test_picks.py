@@ -1,0 +1,69 @@
+"""benchmarks/picks.py reads a process's max-autotune picks from its output modules: one pick per
+GEMM call site, a template kernel launched at several call sites counted at each, so that two
+processes' picks compare call site for call site whichever way each decided."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+PICKS = pathlib.Path(__file__).parents[2] / "benchmarks" / "picks.py"
+
+
+def _picks():
+    spec = importlib.util.spec_from_file_location("bench_picks", PICKS)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _template(name: str, block_m: int, stages: int) -> str:
+    """A template kernel's definition, as Inductor's (and the farm's) output modules write it."""
+    return (f"{name} = async_compile.triton('{name}', '''\n"
+            "import triton\nimport triton.language as tl\n\n"
+            f"@triton_heuristics.template(num_stages={stages}, num_warps=4, triton_meta={{}})\n"
+            "@triton.jit\n"
+            f"def {name}(arg_A, arg_B, out_ptr0):\n"
+            "    EVEN_K : tl.constexpr = True\n"
+            f"    BLOCK_M : tl.constexpr = {block_m}\n"
+            "    BLOCK_N : tl.constexpr = 128\n"
+            "    # extern_kernels.mm( in a comment of the kernel's source is not a call site\n"
+            "''', device_str='cuda')\n\n")
+
+
+def _module(calls: list[str]) -> str:
+    """An output module whose call() makes the GEMM calls named in ``calls`` (``aten`` or a template
+    kernel's name, defined once however often it is launched), each at its own call site."""
+    body = "\n".join(
+        f"        extern_kernels.mm(buf{i}, w{i}, out=buf{i + 1})" if c == "aten"
+        else f"        {c}.run(buf{i}, w{i}, buf{i + 1}, grid=grid(4096), stream=stream0)"
+        for i, c in enumerate(calls))
+    return ("from torch._inductor.select_algorithm import extern_kernels\n"
+            "async_compile = AsyncCompile()\n\n"
+            + "".join(_template(name, block_m, stages) for name, block_m, stages in
+                      (("triton_tem_fused_mm_0", 128, 3), ("triton_tem_fused_addmm_1", 64, 4)) if name in calls)
+            + "async_compile.wait(globals())\n\n"
+            "def call(args):\n"
+            "    with torch.cuda._DeviceGuard(0):\n" + body + "\n")
+
+
+def test_each_call_site_is_one_pick_and_a_reused_template_counts_at_each_launch() -> None:
+    picks = _picks()
+    got = picks.picks_of(_module(["triton_tem_fused_mm_0"] * 3 + ["triton_tem_fused_addmm_1", "aten", "aten"]))
+    mm = [p for p in got if "triton_tem_fused_mm[" in p]
+    addmm = [p for p in got if "triton_tem_fused_addmm[" in p]
+    assert len(got) == 6 and len(mm) == 3 and len(addmm) == 1 and got.count("aten mm") == 2, got
+    assert mm[0] == "template triton_tem_fused_mm[EVEN_K=True,BLOCK_M=128,BLOCK_N=128] stages=3 warps=4", mm
+    assert addmm[0].endswith("BLOCK_M=64,BLOCK_N=128] stages=4 warps=4"), addmm
+
+
+def test_two_processes_that_decided_one_call_site_differently_differ_by_two() -> None:
+    """Process A launched the reused template at three call sites; B called ATen at one of them.
+    Per definition (the count until stop 62) A had 1 template and 2 ATen picks, B 1 and 3: they
+    differed in 1, and their totals (3, 4) did not match although both made four GEMM calls."""
+    picks = _picks()
+    count = lambda source: dict(__import__("collections").Counter(picks.picks_of(source)))  # noqa: E731
+    a = count(_module(["triton_tem_fused_mm_0"] * 3 + ["aten"]))
+    b = count(_module(["triton_tem_fused_mm_0"] * 2 + ["aten", "aten"]))
+    assert sum(a.values()) == sum(b.values()) == 4, (a, b)
+    assert picks.differ(a, b) == 2 and picks.differ(a, a) == 0, (a, b)
