@@ -25,8 +25,12 @@ running at ``--timeout`` is killed and the row says ">=" that bound), the graphs
 whole machine's busy CPU time over the run, from /proc/stat: the ranks, their compile workers and
 Ray alike, less the harness's own (``harness_cpu_s``: this script's samplers and its nvidia-smi
 runs, left out since stop 50); ``cpu_s_by_kind`` splits it by who spent it, from each process's
-/proc/PID/stat sampled every 0.2 s: the ranks, Inductor's compile workers, Ray's processes, other,
-and what no sample saw (short-lived processes: ptxas, compilers); ``compile_cpu_s`` is
+/proc/PID/stat sampled every 0.2 s: the ranks, Inductor's compile workers, Ray's processes the job
+started ("ray") and those of the cluster, older than the job ("ray cluster": its idle time, and
+what the job asked of it), other (``other_top``: the largest, with their command lines), and what
+no sample saw (short-lived processes: ptxas, compilers); the farm's cluster is started and left to
+settle before the job (``overhead.start_ray``: until stop 62 its start's tail was charged to the
+job); ``compile_cpu_s`` is
 the job's CPU less each rank's own CPU up to its model's build, its imports and the build, which
 stock's ranks pay alike; the table's "alone s" is one stock rank's compile CPU alone (a run of
 ``--ranks 1`` in the same invocation) plus ``waiters_cpu_s``: one compile and the loads; "goal s"
@@ -179,16 +183,20 @@ KINDS = (("compile workers", ("compile_worker",)), ("ray", ("ray::", "raylet", "
                                                           "ray/_private", "ray.scripts", "ray/dashboard")))
 
 
-def _kind(pid: int, ranks: set[int]) -> str:
-    if pid in ranks:
-        return "ranks"
+def _command(pid: int) -> str:
     try:
-        cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
-        return "other"
-    if "ranks.py --rank" in cmd:  # a rank under py-spy
+        return ""
+
+
+def _kind(pid: int, ranks: set[int], cluster: set[int], cmd: str) -> str:
+    """``cluster``: processes older than the job (a `ray start` head's): their Ray CPU during the
+    job is the cluster's ("ray cluster"), Ray processes the job started are "ray"."""
+    if pid in ranks or "ranks.py --rank" in cmd:  # a rank (under py-spy, its child)
         return "ranks"
-    return next((kind for kind, marks in KINDS if any(m in cmd for m in marks)), "other")
+    kind = next((kind for kind, marks in KINDS if any(m in cmd for m in marks)), "other")
+    return "ray cluster" if kind == "ray" and pid in cluster else kind
 
 
 def _cpu_by_pid() -> dict[int, float]:
@@ -225,15 +233,19 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
     base = _used_memory_b()
     done = threading.Event()
     before = _cpu_by_pid()  # processes older than the job (a `ray start` head's idle ones): their CPU from here
-    seen: dict[int, tuple[str, float]] = {}  # pid -> (kind, CPU-seconds it spent in the job so far)
+    seen: dict[int, tuple[str, float, str]] = {}  # pid -> (kind, CPU-seconds it spent in the job so far, command)
     rank_pids: set[int] = set()
 
     def sample() -> None:
         while not done.wait(0.2):
             peak[0] = max(peak[0], _used_memory_b() - base)
             for pid, cpu in _cpu_by_pid().items():
-                kind = seen[pid][0] if pid in seen else _kind(pid, rank_pids)
-                seen[pid] = (kind, cpu - before.get(pid, 0.0))
+                if pid in seen:
+                    kind, _, cmd = seen[pid]
+                else:
+                    cmd = _command(pid)
+                    kind = _kind(pid, rank_pids, set(before), cmd)
+                seen[pid] = (kind, cpu - before.get(pid, 0.0), cmd)
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -299,8 +311,12 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
     cpu -= harness
     seen.pop(os.getpid(), None)
     by_kind: dict[str, float] = {}
-    for kind, spent in seen.values():
+    for kind, spent, _ in seen.values():
         by_kind[kind] = round(by_kind.get(kind, 0.0) + max(spent, 0.0), 1)
+    # who spent "other" (compilers, a probe process, whatever else ran on the machine)
+    other = sorted(((spent, cmd) for kind, spent, cmd in seen.values() if kind == "other" and spent >= 0.5),
+                   reverse=True)
+    other_top = [[round(spent, 1), cmd[:120]] for spent, cmd in other[:8]]
     if "ranks" in by_kind:
         by_kind["ranks"] = round(by_kind["ranks"] - in_ranks, 1)
     # what no sample saw: processes that lived less than a sampling period (ptxas, compilers)
@@ -313,6 +329,7 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
     loads = sum(r["cpu_s_phases"]["built to first output"] for r in ranks
                 if "owner" not in (r.get("roles") or {}).values())
     return {"ranks": ranks, "slowest_s": slowest, "timed_out": timed_out, "cpu_s": cpu, "cpu_s_by_kind": by_kind,
+            "other_top": other_top,
             "compile_cpu_s": round(compile_cpu, 1), "waiters_cpu_s": round(loads, 1),
             "harness_cpu_s": round(harness, 1),
             "gpu_busy_s": gpu_s, "peak_memory_gib": peak[0] / 2**30,
