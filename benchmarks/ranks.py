@@ -65,7 +65,7 @@ from typing import Any
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from overhead import build, fresh, start_ray, stop_ray  # noqa: E402 - next to this script
+from overhead import _busy_cpu_s, build, fresh, start_ray, stop_ray  # noqa: E402 - next to this script
 from picks import differ  # noqa: E402
 
 CASES = ("stock", "stock-nonlazy", "stock-dist", "stock-dist-nopipe", "farm")
@@ -169,13 +169,6 @@ def rank(model: str, case: str, mode: str | None) -> None:
 
         dist.destroy_process_group()
     print("RESULT " + json.dumps(out), flush=True)
-
-
-def _busy_cpu_s() -> float:
-    """The machine's busy CPU time so far (all CPUs, /proc/stat), in seconds."""
-    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    idle = fields[3] + fields[4]  # idle, iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 # what a process is, by its command line: the job's CPU-seconds split by who spent them
