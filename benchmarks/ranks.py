@@ -183,7 +183,7 @@ def _command(pid: int) -> str:
         return ""
 
 
-def _kind(pid: int, ranks: set[int], cluster: set[int], cmd: str) -> str:
+def _kind(pid: int, ranks: set[int], cluster: dict[int, float], cmd: str) -> str:
     """``cluster``: processes older than the job (a `ray start` head's): their Ray CPU during the
     job is the cluster's ("ray cluster"), Ray processes the job started are "ray"."""
     if pid in ranks or "ranks.py --rank" in cmd:  # a rank (under py-spy, its child)
@@ -237,7 +237,7 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
                     kind, _, cmd = seen[pid]
                 else:
                     cmd = _command(pid)
-                    kind = _kind(pid, rank_pids, set(before), cmd)
+                    kind = _kind(pid, rank_pids, before, cmd)
                 seen[pid] = (kind, cpu - before.get(pid, 0.0), cmd)
 
     with socket.socket() as sock:
