@@ -65,7 +65,7 @@ from typing import Any
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from overhead import _busy_cpu_s, build, fresh, start_ray, stop_ray  # noqa: E402 - next to this script
+from overhead import HEADER_PREFILL, _busy_cpu_s, build, fresh, start_ray, stop_ray  # noqa: E402 - next to this script
 from picks import differ  # noqa: E402
 
 CASES = ("stock", "stock-nonlazy", "stock-dist", "stock-dist-nopipe", "farm")
@@ -154,7 +154,7 @@ def rank(model: str, case: str, mode: str | None) -> None:
                     "published": s.get("dynamo_flight_published", 0),
                     "publish_s": round(s.get("dynamo_flight_publish_seconds", 0.0), 2),
                     "ray_begun": (s.get("ray_start_seconds") or {}).get("begun"),
-                    "ray_wait_s": s.get("ray_wait_seconds", 0.0),
+                    "ray_wait_s": s.get("ray_wait_seconds", 0.0), "probe_wait_s": s.get("probe_wait_seconds", 0.0),
                     "benchmarks": s["benchmarks"], "benchmark_seconds": s["benchmark_seconds"], "gave_up_why": said,
                     "tunings_adopted": s.get("tunings_adopted", 0),
                     "tunings_reserved": s.get("tunings_reserved", 0),
@@ -352,6 +352,9 @@ def main() -> int:
     mode = args.mode or "default"
     print(f"ranks: {where}, {os.cpu_count()} CPUs, torch {torch.__version__}, mode {mode}", flush=True)
     work = pathlib.Path(tempfile.mkdtemp(prefix="ranks-"))
+    if not torch.cuda.is_available():  # the precompiled C++ header every job's kernels include, built once for them all
+        subprocess.run([sys.executable, "-c", HEADER_PREFILL], check=False, timeout=600, capture_output=True,
+                       env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(work / "header-prefill")})
     doc: dict[str, Any] = {"device": where, "cpus": os.cpu_count(), "torch": torch.__version__, "mode": args.mode,
                            "runs": []}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -401,8 +404,8 @@ def main() -> int:
                       flush=True)
                 for i, r in enumerate(job["ranks"]):
                     shown = ("benchmarks", "benchmark_seconds", "decisions", "stock_knobs", "gave_up_why", "ray_begun",
-                             "ray_wait_s", "tunings_adopted", "tunings_reserved", "tunings_wait_s", "coordesc",
-                             "configs_spread")
+                             "ray_wait_s", "probe_wait_s", "tunings_adopted", "tunings_reserved", "tunings_wait_s",
+                             "coordesc", "configs_spread")
                     extra = {k: r[k] for k in shown if r.get(k)}
                     print(f"    rank {i}: {r.get('roles') or ''} {extra or ''} phases {r['phases_s']} first output "
                           f"{r['first_output_s']:.2f}, CPU {r['cpu_s_phases']}", flush=True)

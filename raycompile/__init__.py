@@ -110,7 +110,8 @@ def stats() -> dict[str, Any]:
     (GPU id -> benchmarks), benchmark_failures, benchmarks_local,
     benchmarks_verified (apparent fastest candidates timed again in this process), ray_start_seconds
     (seconds from ``enable()`` to each stage of the background Ray start: connected, ready),
-    ray_wait_seconds (how long kernel compiles waited for that start, summed) and ray_unavailable
+    ray_wait_seconds (how long kernel compiles waited for that start, summed), probe_wait_seconds
+    (how long shared-tier lookups waited for the cluster probe's answer instead) and ray_unavailable
     (why the session compiles without Ray, "" while it has Ray); torch_autograd_hits/misses and
     torch_fxgraph_hits/misses: torch's own cache counters since the session's first compile (what
     Inductor's caches answered, before raycompile's tiers, on a node that compiled before)."""

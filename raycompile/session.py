@@ -176,14 +176,20 @@ class Session:
         probed: list[bool] = []  # [True] once the probe's answer (not Ray's start) made the tier
 
         def waited_for(s: float) -> None:
-            """A lookup waited ``s`` for the tier: for the probe's answer, or for Ray's start."""
-            stats.add(**{"probe_wait_seconds" if probed else "ray_wait_seconds": s})
+            """A lookup waited ``s`` for the tier: for the probe's answer (it made the tier, or it was
+            still pending with Ray's start not begun), else for Ray's start."""
+            with settled:
+                by_probe = bool(probed) or (not tier.done() and not startup.begun)
+            stats.add(**{"probe_wait_seconds" if by_probe else "ray_wait_seconds": s})
 
-        def settle(f: concurrent.futures.Future[Any] | None, value: Any = None) -> None:
-            """The tier: ``f``'s outcome, or ``value`` without one; the first settles it."""
+        def settle(f: concurrent.futures.Future[Any] | None, value: Any = None, by_probe: bool = False) -> None:
+            """The tier: ``f``'s outcome, or ``value`` without one; the first settles it
+            (``by_probe``: the probe's answer)."""
             with settled:
                 if tier.done():
                     return
+                if by_probe:
+                    probed.append(True)
                 if f is not None and f.exception() is not None:
                     tier.set_exception(f.exception())  # type: ignore[arg-type]
                 else:
@@ -192,8 +198,7 @@ class Session:
         def answered(done: concurrent.futures.Future[dict[str, Any]]) -> None:
             got = done.result()
             if "secret" in got and not (url == "auto" and got["nodes"] > 1):
-                probed.append(True)
-                settle(None, shared_tier(url, got["secret"]) if url != "auto" else None)
+                settle(None, shared_tier(url, got["secret"]) if url != "auto" else None, by_probe=True)
                 return
             # several nodes (auto: the head's tier), or the probe failed (Ray's start reports why)
             log.debug("raycompile: the shared tier waits for Ray (%s)", got.get("error", f"{got.get('nodes')} nodes"))

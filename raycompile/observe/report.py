@@ -89,7 +89,7 @@ def ray_lines(stats: Mapping[str, Any]) -> list[str]:
         lines.append(f"  Ray after enable(): {stages}; kernel compiles waited {waited:.1f} s for it (summed)")
     if stats.get("probe_wait_seconds"):
         lines.append(f"  shared-tier lookups waited {stats['probe_wait_seconds']:.1f} s for the cluster probe's "
-                     "answer (its secret; set RAYCOMPILE_SECRET to skip the probe)")
+                     "answer (its secret; with a file:// or redis:// tier, RAYCOMPILE_SECRET skips the probe)")
     if stats.get("ray_unavailable"):
         lines.append(f"  without Ray: {stats['fallbacks']} compiles ran locally with stock Inductor, because: "
                      f"{stats['ray_unavailable'].splitlines()[0][:400]}")

@@ -59,8 +59,8 @@ def test_each_call_site_is_one_pick_and_a_reused_template_counts_at_each_launch(
 
 def test_two_processes_that_decided_one_call_site_differently_differ_by_two() -> None:
     """Process A launched the reused template at three call sites; B called ATen at one of them.
-    Per definition (the count until stop 62) A had 1 template and 2 ATen picks, B 1 and 3: they
-    differed in 1, and their totals (3, 4) did not match although both made four GEMM calls."""
+    Per definition (the count until stop 62) A had 1 template and 1 ATen pick, B 1 and 2: they
+    differed in 1, and their totals (2, 3) did not match although both made four GEMM calls."""
     picks = _picks()
     count = lambda source: dict(__import__("collections").Counter(picks.picks_of(source)))  # noqa: E731
     a = count(_module(["triton_tem_fused_mm_0"] * 3 + ["aten"]))
