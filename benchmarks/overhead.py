@@ -290,7 +290,13 @@ def start_ray(work: pathlib.Path) -> tuple[subprocess.Popen[bytes], dict[str, st
     return proc, env
 
 
-def _busy_cpu_s() -> float:
+def prefill_header(work: pathlib.Path) -> None:
+    """Build the precompiled C++ header every case's kernels include, once, untimed (HEADER_PREFILL)."""
+    subprocess.run([sys.executable, "-c", HEADER_PREFILL], check=False, timeout=600, capture_output=True,
+                   env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(work / "header-prefill")})
+
+
+def busy_cpu_s() -> float:
     """The machine's busy CPU time so far (all CPUs, /proc/stat), in seconds."""
     fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
     return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
@@ -304,9 +310,9 @@ def settle(limit_s: float = 15.0, quiet_cpu_s: float = 0.15) -> float:
     cluster that is up before a job does not cost it (until stop 62)."""
     began = time.monotonic()
     while time.monotonic() - began < limit_s:
-        before = _busy_cpu_s()
+        before = busy_cpu_s()
         time.sleep(1.0)
-        if _busy_cpu_s() - before < quiet_cpu_s:
+        if busy_cpu_s() - before < quiet_cpu_s:
             break
     return time.monotonic() - began
 
@@ -480,9 +486,8 @@ def main() -> int:
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         # filled before the first case (not timed), else that case alone pays for compiling the sources
         subprocess.run([sys.executable, "-c", PREFILL], check=False, timeout=600, capture_output=True)
-    if device == "cpu":  # the header every case's kernels include, built once for them all (HEADER_PREFILL)
-        subprocess.run([sys.executable, "-c", HEADER_PREFILL], check=False, timeout=600, capture_output=True,
-                       env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(work / "header-prefill")})
+    if device == "cpu":
+        prefill_header(work)
     where = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
     print(f"overhead: {where}, torch {torch.__version__}, models {' '.join(args.models)}, "
           f"{args.rounds} round(s)", flush=True)

@@ -65,7 +65,7 @@ from typing import Any
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from overhead import HEADER_PREFILL, _busy_cpu_s, build, fresh, start_ray, stop_ray  # noqa: E402 - next to this script
+from overhead import build, busy_cpu_s, fresh, prefill_header, start_ray, stop_ray  # noqa: E402 - next to this script
 from picks import differ  # noqa: E402
 
 CASES = ("stock", "stock-nonlazy", "stock-dist", "stock-dist-nopipe", "farm")
@@ -246,7 +246,7 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     gpu = GPUBusy()
-    cpu0, t0, own0 = _busy_cpu_s(), time.time(), time.process_time()
+    cpu0, t0, own0 = busy_cpu_s(), time.time(), time.process_time()
     cmd = [sys.executable, __file__, "--rank", model, "--case", case] + (["--mode", mode] if mode else [])
 
     def command(i: int) -> list[str]:
@@ -293,7 +293,7 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
         r["first_output_s"] = r.pop("first_output_epoch") - t0
         r["phases_s"] = {k: round(v - t0, 2) for k, v in r.pop("phases_epoch").items()}
         ranks.append(r)
-    cpu = _busy_cpu_s() - cpu0
+    cpu = busy_cpu_s() - cpu0
     gpu_s = gpu.stop()
     done.set()
     sampler.join()
@@ -352,9 +352,8 @@ def main() -> int:
     mode = args.mode or "default"
     print(f"ranks: {where}, {os.cpu_count()} CPUs, torch {torch.__version__}, mode {mode}", flush=True)
     work = pathlib.Path(tempfile.mkdtemp(prefix="ranks-"))
-    if not torch.cuda.is_available():  # the precompiled C++ header every job's kernels include, built once for them all
-        subprocess.run([sys.executable, "-c", HEADER_PREFILL], check=False, timeout=600, capture_output=True,
-                       env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(work / "header-prefill")})
+    if not torch.cuda.is_available():  # the precompiled C++ header every job's kernels include
+        prefill_header(work)
     doc: dict[str, Any] = {"device": where, "cpus": os.cpu_count(), "torch": torch.__version__, "mode": args.mode,
                            "runs": []}
     args.out.mkdir(parents=True, exist_ok=True)
