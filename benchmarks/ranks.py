@@ -352,8 +352,9 @@ def main() -> int:
     mode = args.mode or "default"
     print(f"ranks: {where}, {os.cpu_count()} CPUs, torch {torch.__version__}, mode {mode}", flush=True)
     work = pathlib.Path(tempfile.mkdtemp(prefix="ranks-"))
-    if not torch.cuda.is_available():  # the precompiled C++ header every job's kernels include
-        prefill_header(work)
+    # the precompiled C++ header every job's kernels include (CPU), and the libraries the first job
+    # alone would read from disk
+    prefill_header(work, args.models, "cuda" if torch.cuda.is_available() else "cpu")
     doc: dict[str, Any] = {"device": where, "cpus": os.cpu_count(), "torch": torch.__version__, "mode": args.mode,
                            "runs": []}
     args.out.mkdir(parents=True, exist_ok=True)

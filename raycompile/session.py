@@ -369,7 +369,8 @@ class Session:
                 except OSError as e:  # no flights dir here (a read-only cache dir): every graph lowered, as stock
                     log.warning("raycompile: whole graphs are not single-flighted (%s)", e)
             hooks = Hooks(Router(self.startup, self.stats, process_pool, submit, self.cache, io=self.io,
-                                 job_timeout_s=settings.job_timeout_s, spread_configs=settings.spread_configs),
+                                 job_timeout_s=settings.job_timeout_s, spread_configs=settings.spread_configs,
+                                 worker_nice=settings.worker_nice),
                           module_flights=flights, coordesc_next_sweeps=settings.coordesc_next_sweeps)
             try:
                 hooks.install(codegen)  # undoes what it did when it raises

@@ -22,7 +22,8 @@ SIZES = ("cache_max_bytes",)  # settings in the size syntax (raycompile/sizes.py
 # the cache, the jobs and the cluster; not what only a driver does (progress, traces, metrics,
 # sending graphs, compiled frames) nor where Ray is (a worker joins the cluster it runs in)
 FOR_WORKER = ("cache_dir", "shared_cache", "secret", "cache_max_bytes", "compile_jobs", "job_timeout_s", "retries",
-              "cluster_dedupe", "namespace", "connect_timeout_s", "autotune_configs", "graph_profile_dir")
+              "cluster_dedupe", "worker_nice", "namespace", "connect_timeout_s", "autotune_configs",
+              "graph_profile_dir")
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,11 @@ class Settings:
     # node's compile workers compile the sweep from each of them, so that the tuner finds the next
     # sweep compiled when it moves (compiles that may be for nothing; wrapper/compat/coordesc.py)
     coordesc_next_sweeps: bool = _in("jobs", True)
+    # the node's compile workers (Inductor's process pool, as the farm fills it) and their ptxas run
+    # this much below the driver's CPU priority (``nice``, 0-19; 0: as stock), so a busy node's
+    # compiles delay neither the driver's lowering nor the GPU timings max-autotune takes in the
+    # driver and on the node's GPU actors (kernels/priority.py)
+    worker_nice: int = _in("jobs", 10)
 
     # -- the cache --------------------------------------------------------------------------------
     cache_dir: str = _in("cache", "~/.cache/raycompile")  # the local tier
@@ -203,6 +209,8 @@ class Settings:
             raise bad("num_cpus", "must be >= 1")
         if self.retries < 0:
             raise bad("retries", "must be >= 0")
+        if not 0 <= self.worker_nice <= 19:
+            raise bad("worker_nice", "must be a nice increment from 0 to 19")
         if self.cache_max_bytes is not None and self.cache_max_bytes < 0:
             raise bad("cache_max_bytes", "must be >= 0")
         for name, typ in _types().items():

@@ -27,6 +27,7 @@ from ..cache import Cache, keys, publish, turns
 from ..cache.isa import isa_exchange
 from ..errors import CompileError
 from ..kernels import Failed, Job, Result, TritonJob, Versions, run_job
+from ..kernels.priority import AtPriority
 from ..kernels.triton_compile import run_triton_job
 from ..observe.stats import Stats
 from . import compat
@@ -109,11 +110,15 @@ class Router:
     def __init__(self, source: FarmSource | None, stats: Stats, stock_process_pool: Callable[[], Any],
                  stock_submit: Callable[[Callable[[], Any]], Any], cache: Cache | None = None,
                  io: concurrent.futures.Executor | None = None, job_timeout_s: float = 600.0,
-                 spread_configs: bool = True) -> None:
+                 spread_configs: bool = True, worker_nice: int = 0) -> None:
         self._source = source
         self.job_timeout_s = job_timeout_s
         # a max-autotune kernel's configs compiled at once by several of the node's compile workers
         self.spread = ConfigSpread(stats, spread_configs)
+        # the node's compile workers run the farm's jobs this much below this process's priority
+        # (kernels/priority.py): the driver's threads and the node's GPU timings come first
+        self.worker_nice = worker_nice
+        self._workers: AtPriority | None = None
         self.cache = cache
         self.stats = stats
         self.versions = Versions.here()
@@ -179,6 +184,14 @@ class Router:
         with self._pool_lock:
             return self._stock_process_pool()
 
+    def _at_priority(self, pool: Any) -> AtPriority:
+        """``pool`` sending the farm's jobs at the workers' priority (``worker_nice``); one object
+        per pool, as callers tell pools apart by identity."""
+        with self._pool_lock:
+            if self._workers is None or self._workers.pool is not pool:
+                self._workers = AtPriority(pool, self.worker_nice, self._pid)
+            return self._workers
+
     def compile_processes(self) -> Any | None:
         """This node's compile workers (Inductor's process pool) where they run already, for work
         that is this process's own (coordinate descent's candidates); None where none was started
@@ -186,7 +199,7 @@ class Router:
         minute idle counts as running: the first candidate starts its workers again."""
         if os.getpid() != self._pid:  # a forked child: the pool and its pipes are the parent's
             return None
-        return self._pool() if compat.pool_started(self._stock_process_pool) else None
+        return self._at_priority(self._pool()) if compat.pool_started(self._stock_process_pool) else None
 
     def start_compiling(self) -> None:
         """A graph compile starts (the session's gate on Inductor's backend). Inductor probes its
@@ -320,8 +333,9 @@ class Router:
                     self._io_or_here(self._compile_in_process, job, out, local, key)
                     return
                 job = self.spread.prepare(job)
-                started: Any = pool.submit(run_job, job, compat.TOOLCHAIN)
-                self.spread.send(job, pool)
+                workers = self._at_priority(pool)
+                started: Any = workers.submit(run_job, job, compat.TOOLCHAIN)
+                self.spread.send(job, workers)
             else:
                 started = self._stock_submit(functools.partial(run_job, job, compat.TOOLCHAIN))
         except RuntimeError as e:  # the pool is shut down (interpreter exit): Inductor's own path

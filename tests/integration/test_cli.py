@@ -201,3 +201,41 @@ def test_demo_with_an_unreachable_ray_address_warns_once_and_says_what_happened(
     fallbacks = int(re.search(r"fallbacks (\d+)", proc.stdout).group(1))  # type: ignore[union-attr]
     assert fallbacks > 0 and (f"without Ray: {fallbacks} compiles ran locally with stock Inductor, because: cannot "
                               "reach Ray at 127.0.0.1:1: nothing answers there") in proc.stdout, proc.stdout
+
+
+def demo_in(cache: pathlib.Path, inductor: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    """``raycompile demo`` as the README runs it (an embedded local Ray), with ``cache`` as
+    raycompile's cache and ``inductor`` as Inductor's default cache dir."""
+    proc = run("demo", env={"RAYCOMPILE_CACHE_DIR": str(cache), "TORCHINDUCTOR_CACHE_DIR": str(inductor)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "all outputs match eager" in proc.stdout, proc.stdout[-3000:]
+    return proc
+
+
+def jobs_of(proc: subprocess.CompletedProcess[str]) -> int:
+    return int(re.search(r"^  jobs (\d+)", proc.stdout, re.M).group(1))  # type: ignore[union-attr]
+
+
+@pytest.mark.slow  # the README's main command, cold then warm: three models, a Ray start each time
+def test_the_demo_compiles_cold_then_loads_everything_warm(tmp_path: pathlib.Path) -> None:
+    """The README's ``raycompile demo``: a cold run compiles every kernel on the farm, forwards and
+    the backwards lowered at ``disable()`` (the models' forwards ran no backward), and the next run
+    loads the three compiled functions whole and compiles nothing."""
+    cold = demo_in(tmp_path / "rc", tmp_path / "inductor")
+    assert jobs_of(cold) > 0 and "published 3" in cold.stdout, cold.stdout[-3000:]
+    warm = demo_in(tmp_path / "rc", tmp_path / "inductor")
+    assert jobs_of(warm) == 0, warm.stdout[-3000:]
+    assert "every kernel came from raycompile's cache" in warm.stdout and "3 loaded from entries" in warm.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.extended  # a third run of the demo (docs/testing.md); the one above is CI's
+def test_the_demo_after_its_cache_was_cleared_is_warm_on_its_next_run(tmp_path: pathlib.Path) -> None:
+    """After ``raycompile cache clear`` (a new cache here), Inductor's own cache dir still holds the
+    backwards' C++ kernels of the run before. The demo lowers them inside its fresh Inductor cache,
+    so they go to the farm and its cache again, and the next run compiles nothing (until stop 63
+    they were loaded from Inductor's dir, without a job, and the next run compiled them)."""
+    demo_in(tmp_path / "first", tmp_path / "inductor")
+    demo_in(tmp_path / "cleared", tmp_path / "inductor")
+    warm = demo_in(tmp_path / "cleared", tmp_path / "inductor")
+    assert jobs_of(warm) == 0, warm.stdout[-3000:]

@@ -30,14 +30,16 @@ def files(triton_dir: pathlib.Path) -> dict[str, int]:
     return {str(p.relative_to(triton_dir)): p.stat().st_ino for p in triton_dir.rglob("*") if p.is_file()}
 
 
-def compile_through_router(pool: Any, source: str, triton_dir: pathlib.Path, spread: bool) -> tuple[Any, Stats, str]:
+def compile_through_router(pool: Any, source: str, triton_dir: pathlib.Path, spread: bool,
+                           worker_nice: int = 0) -> tuple[Any, Stats, str]:
     from torch._inductor.codecache import _load_triton_kernel_from_source
     from torch._inductor.runtime.compile_tasks import _worker_compile_triton
 
     name = jit_function_name(source)
     assert name
     stats = Stats()
-    router = Router(CompilesHere(), stats, lambda: pool, lambda task: task(), spread_configs=spread)
+    router = Router(CompilesHere(), stats, lambda: pool, lambda task: task(), spread_configs=spread,
+                    worker_nice=worker_nice)
     env = {"TRITON_CACHE_DIR": str(triton_dir), "TORCHINDUCTOR_CACHE_DIR": os.environ["TORCHINDUCTOR_CACHE_DIR"]}
     try:
         load = functools.partial(_load_triton_kernel_from_source, name, source)
@@ -89,3 +91,38 @@ def test_a_default_mode_kernel_is_sent_whole(corpus: pathlib.Path, tmp_path: pat
     assert "'max_autotune': False" in source and not compat.spreads(source)
     kernel, stats, locks = compile_through_router(pool, source, tmp_path / "t", spread=True)
     assert stats.configs_spread == 0 and stats.jobs_local == 1 and kernel.compile_results and not locks
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+            except OSError:  # gone meanwhile
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def test_the_compile_workers_run_the_farms_jobs_below_the_drivers_priority(
+        corpus: pathlib.Path, tmp_path: pathlib.Path, pool: Any) -> None:
+    """``worker_nice``: the workers that compiled the kernel and its configs lowered their own
+    priority (kernels/priority.py); the driver, and Inductor's sidecar between them, did not; the
+    binaries are the ones a worker at the default priority makes."""
+    source = (corpus / KERNEL).read_text().replace("'max_autotune': False", "'max_autotune': True")
+    driver = os.getpriority(os.PRIO_PROCESS, 0)
+    plain, _, _ = compile_through_router(pool, source, tmp_path / "plain", spread=True)
+    workers = children(pool.process.pid)
+    assert workers and {os.getpriority(os.PRIO_PROCESS, w) for w in workers} == {driver}
+
+    kernel, stats, _ = compile_through_router(pool, source, tmp_path / "niced", spread=True, worker_nice=10)
+    assert stats.jobs_local == 1 and stats.configs_spread >= 3
+    niced = {w: os.getpriority(os.PRIO_PROCESS, w) for w in children(pool.process.pid)}
+    assert set(niced) == set(workers)  # the same workers, none restarted
+    assert min(driver + 10, 19) in niced.values() and set(niced.values()) <= {driver, min(driver + 10, 19)}
+    assert os.getpriority(os.PRIO_PROCESS, 0) == driver
+    assert os.getpriority(os.PRIO_PROCESS, pool.process.pid) == driver
+    assert [r.kernel.hash for r in kernel.compile_results] == [r.kernel.hash for r in plain.compile_results]

@@ -1,0 +1,135 @@
+"""Does a busy CPU change what max-autotune picks? GPU timings of the GPT-2 step's GEMMs, quiet and busy.
+
+    python benchmarks/timing_noise.py [--rounds 5] [--busy N] [--out DIR --label NAME]
+
+Under max-autotune the farm's driver times the ATen choices (and confirms the fastest templates)
+while the node's compile workers and their ``ptxas`` children keep every CPU busy; stock times a
+decision's choices after their precompile, on a quieter machine. A GEMM of the GPT-2-style step
+(2048 tokens, hidden 768) runs for a few microseconds, so a timing can include the time the
+timing thread waited for a CPU to launch it. This times, with Inductor's own benchmarker
+(``benchmarker.benchmark_gpu``: L2 flush, warm-up, the median of repeats), each shape two ways:
+ATen (``torch.mm``, as ``extern_kernels.mm``) and a Triton GEMM of one of max-autotune's template
+configs (128x128x64, 3 stages, 4 warps). Three conditions, each round in turn:
+
+- ``quiet``: nothing else running;
+- ``busy``: ``--busy`` processes (default: one per CPU) spinning at the default priority;
+- ``busy-nice``: the same processes at ``nice 10``, as compile workers that yield to the driver.
+
+The table gives each timing's median over rounds and its ratio to ``quiet``; ``aten/triton`` is
+the ratio that decides a pick. A ratio that moves with the condition is a pick that moves with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+SHAPES = {  # (M, K, N) of the step's forward and backward GEMMs, bf16
+    "qkv": (2048, 768, 2304),
+    "proj": (2048, 768, 768),
+    "fc": (2048, 768, 3072),
+    "fc_out": (2048, 3072, 768),
+    "dW_fc": (768, 2048, 3072),
+}
+SPIN = "import os, sys\nos.nice(int(sys.argv[1]))\nwhile True:\n    pass\n"
+
+
+def triton_mm():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(a, b, c, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               GROUP_M: tl.constexpr):
+        pid = tl.program_id(0)
+        grid_m, grid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+        width = GROUP_M * grid_n
+        group = pid // width
+        size = min(grid_m - group * GROUP_M, GROUP_M)
+        pid_m = group * GROUP_M + (pid % size)
+        pid_n = (pid % width) // size
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rk = tl.arange(0, BLOCK_K)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            x = tl.load(a + rm[:, None] * K + (k + rk)[None, :])
+            y = tl.load(b + (k + rk)[:, None] * N + rn[None, :])
+            acc += tl.dot(x, y)
+        tl.store(c + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16))
+
+    def run(x, y, out):
+        M, K = x.shape
+        N = y.shape[1]
+        grid = (triton.cdiv(M, 128) * triton.cdiv(N, 128),)
+        kernel[grid](x, y, out, M, N, K, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=4)
+    return run
+
+
+def time_all(bench, run_triton) -> dict[str, float]:
+    import torch
+    out = {}
+    for name, (m, k, n) in SHAPES.items():
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        y = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        out[f"{name} aten"] = bench(lambda x=x, y=y, c=c: torch.mm(x, y, out=c)) * 1000.0  # us
+        out[f"{name} triton"] = bench(lambda x=x, y=y, c=c: run_triton(x, y, c)) * 1000.0
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--busy", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--label", default="timing_noise")
+    args = parser.parse_args()
+    import torch
+    from torch._inductor.runtime.benchmarking import benchmarker
+    if not torch.cuda.is_available():
+        print("timing_noise: no GPU here: nothing to time")
+        return
+    run_triton = triton_mm()
+    time_all(benchmarker.benchmark_gpu, run_triton)  # compile and warm up once
+    conditions = {"quiet": None, "busy": 0, "busy-nice": 10}
+    rows: dict[str, dict[str, list[float]]] = {c: {} for c in conditions}
+    for _ in range(args.rounds):
+        for cond, nice in conditions.items():
+            spinners = [] if nice is None else [subprocess.Popen([sys.executable, "-c", SPIN, str(nice)])
+                                                for _ in range(args.busy)]
+            try:
+                time.sleep(0.5 if spinners else 0.0)
+                for key, us in time_all(benchmarker.benchmark_gpu, run_triton).items():
+                    rows[cond].setdefault(key, []).append(us)
+            finally:
+                for p in spinners:
+                    p.kill()
+                for p in spinners:
+                    p.wait(timeout=10)
+    med = {c: {k: statistics.median(v) for k, v in r.items()} for c, r in rows.items()}
+    print(f"{torch.cuda.get_device_name()}, {os.cpu_count()} CPUs, {args.busy} spinning, {args.rounds} rounds; "
+          f"median us (x quiet)")
+    print(f"{'GEMM':8s} {'way':7s} " + " ".join(f"{c:>18s}" for c in conditions))
+    for name in SHAPES:
+        for way in ("aten", "triton"):
+            key = f"{name} {way}"
+            cells = [f"{med[c][key]:8.2f} ({med[c][key] / med['quiet'][key]:4.2f}x)" for c in conditions]
+            print(f"{name:8s} {way:7s} " + " ".join(f"{s:>18s}" for s in cells))
+        ratios = [med[c][f"{name} aten"] / med[c][f"{name} triton"] for c in conditions]
+        print(f"{name:8s} {'a/t':7s} " + " ".join(f"{r:18.3f}" for r in ratios))
+    if args.out:
+        path = os.path.join(args.out, f"timing_noise_{args.label}.json")
+        with open(path, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "cpus": os.cpu_count(), "busy": args.busy,
+                       "rounds": rows}, f, indent=1)
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
