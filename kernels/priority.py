@@ -17,6 +17,7 @@ in the driver itself (a pool of one thread runs its jobs synchronously) changes 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -26,8 +27,12 @@ _lowered = False  # this process lowered its priority already (a forked child in
 
 
 def lower_once(nice: int) -> None:
-    """Lower this process's CPU priority by ``nice`` (0-19), once per process; never raises (a
-    process may always lower its own priority; where the system refuses, it runs as it was)."""
+    """Lower the calling thread's CPU priority by ``nice`` (0-19), once per process; never raises
+    (a process may always lower its own priority; where the system refuses, it runs as it was).
+    On Linux a nice value is a thread's: a pool worker runs its jobs on its main thread, and the
+    processes that thread starts (``ptxas``) inherit it. With the kernel's autogroups it orders
+    the processes of one session (the driver's: its pool, an embedded Ray's processes), not those
+    of another, such as a ``ray start`` cluster's GPU actors."""
     global _lowered
     if _lowered or nice <= 0:
         return
@@ -52,10 +57,14 @@ class AtPriority:
     def __init__(self, pool: Any, nice: int, driver_pid: int) -> None:
         self.pool, self.nice, self.driver_pid = pool, nice, driver_pid
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.nice <= 0:
-            return self.pool.submit(fn, *args)
+            return self.pool.submit(fn, *args, **kwargs)
+        if kwargs:
+            fn = functools.partial(fn, **kwargs)
         return self.pool.submit(at_priority, self.nice, self.driver_pid, fn, *args)
 
     def __getattr__(self, name: str) -> Any:  # the pool's own attributes (shutdown, ...)
+        if name == "pool" or name.startswith("__"):  # not set yet (a copy, an unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self.pool, name)

@@ -40,6 +40,13 @@ COUNTERS: tuple[Counter, ...] = (
         metric=("raycompile_jobs_local_total", {}, "Kernel compile jobs run in this node's Inductor workers"),
     ),
     Counter(
+        "kernels_from_inductor_dir",
+        "compile jobs",
+        "C++ kernels Inductor loaded built from its own cache dir (no job ran), written to the tiers from there",
+        metric=("raycompile_kernels_from_inductor_dir_total", {},
+                "C++ kernels found built in Inductor's cache dir and written to the tiers"),
+    ),
+    Counter(
         "jobs_in_process",
         "compile jobs",
         "of jobs_local, Triton jobs compiled in this process while the node's compile workers started "

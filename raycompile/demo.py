@@ -40,23 +40,23 @@ def run_demo(address: str | None = None, num_cpus: int | None = None) -> int:
     rows = []
     # a cold compile, so every kernel really goes to the farm: Inductor's own cache dir is a fresh
     # one until disable() returned, which lowers the backwards the models' forwards did not run
-    # (compiled frames) while it is: a C++ kernel Inductor finds built in its cache dir is loaded
-    # from there without a job, and its default dir may hold the backwards' from an earlier run
+    # (compiled frames) while it is, and a fresh one for each model's compile
     with compat.fresh_cache():
         try:
             for name, (model, args) in examples(device).items():
                 eager = copy.deepcopy(model)(*args)
                 torch.compiler.reset()
                 before = stats()["jobs"]
-                start = time.perf_counter()
-                out = torch.compile(model)(*args)
-                seconds = time.perf_counter() - start
+                with compat.fresh_cache():  # each model's own, as its first compile would be
+                    start = time.perf_counter()
+                    out = torch.compile(model)(*args)
+                    seconds = time.perf_counter() - start
                 match = torch.allclose(out, eager, rtol=1e-4, atol=1e-4)
                 ok &= match
                 rows.append((name, stats()["jobs"] - before, seconds, "ok" if match else "MISMATCH"))
         finally:
-            final = stats()
             disable()
+    final = stats()  # the closed session's, with what disable() compiled
     print(f"\n{'model':<20}{'jobs':>6}{'first call s':>14}  vs eager   (first call: trace, compile, run)")
     for name, jobs, seconds, verdict in rows:
         print(f"{name:<20}{jobs:>6}{seconds:>14.1f}  {verdict}")

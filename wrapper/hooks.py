@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from ..cache import Cache, keys, publish, turns
 from ..cache.isa import isa_exchange
 from ..errors import CompileError
-from ..kernels import Failed, Job, Result, TritonJob, Versions, run_job
+from ..kernels import Built, Failed, Job, Result, TritonJob, Versions, run_job
 from ..kernels.priority import AtPriority
 from ..kernels.triton_compile import run_triton_job
 from ..observe.stats import Stats
@@ -119,6 +119,8 @@ class Router:
         # (kernels/priority.py): the driver's threads and the node's GPU timings come first
         self.worker_nice = worker_nice
         self._workers: AtPriority | None = None
+        self._workers_made: list[AtPriority] = []
+        self._built_seen: set[str] = set()  # C++ kernels found built in Inductor's dir, looked at once
         self.cache = cache
         self.stats = stats
         self.versions = Versions.here()
@@ -190,6 +192,7 @@ class Router:
         with self._pool_lock:
             if self._workers is None or self._workers.pool is not pool:
                 self._workers = AtPriority(pool, self.worker_nice, self._pid)
+                self._workers_made.append(self._workers)  # kept: callers key pools by id()
             return self._workers
 
     def compile_processes(self) -> Any | None:
@@ -263,6 +266,39 @@ class Router:
         log.warning("raycompile: %s: the output module names it %s, this node keys it %s (the module "
                     "was made with another toolchain or settings); using this node's key",
                     job.label, expected[:12], job.key[:12])
+
+    def built_already(self, task: Callable[[], Any]) -> None:
+        """A C++ kernel Inductor loaded built from its own cache dir (``task``, its build job, was
+        never submitted: ``compat.built_on_disk``): its entry is written to the tiers where the local
+        one has none, on an I/O thread, so another node (or a process with another Inductor cache
+        dir) that loads an output module or compiled frames naming it finds it instead of
+        compiling it. Counted ``kernels_from_inductor_dir``."""
+        if self.cache is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the session is closing: not written, as before
+            self._io.submit(self._publish_built, task)
+
+    def _publish_built(self, task: Callable[[], Any]) -> None:
+        try:
+            job = cpp_job_for(task, self.versions, self.job_timeout_s)
+            if job is None or self.cache is None:
+                return
+            with self._lock:
+                if job.key in self._built_seen:
+                    return
+                self._built_seen.add(job.key)
+            local = self.cache.local
+            if local is not None and local.has(job.key):
+                return  # written when it was built (to every tier)
+            files = {}
+            for step in job.steps:
+                with open(step.target, "rb") as f:
+                    files[step.target] = f.read()
+            self.cache.put(to_entry(Built(job.key, job.label, 0.0, files=files)))
+            self.stats.add(kernels_from_inductor_dir=1)
+        except Exception as e:  # noqa: BLE001 - not written: the next node compiles it, as before
+            log.debug("raycompile: a C++ kernel built in Inductor's cache dir was not written to the tiers "
+                      "(%s: %s)", type(e).__name__, e)
 
     def submit_task(self, task: Callable[[], Any]) -> Any:
         job = cpp_job_for(task, self.versions, self.job_timeout_s)

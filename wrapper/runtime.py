@@ -122,6 +122,14 @@ class KeyedPool(Protocol):
     def submit_keyed(self, key: str, fn: Callable[..., Any], *args: Any) -> Any: ...
 
 
+@runtime_checkable
+class BuiltPool(Protocol):
+    """A compile pool told of a C++ kernel Inductor loaded built from its own cache dir, which no job
+    compiled (the Router, while the farm is on: it writes the kernel's entry to the tiers)."""
+
+    def built_already(self, task: Callable[[], Any]) -> None: ...
+
+
 class _Keyed:
     """The pool ``FarmCompile.triton`` hands Inductor for one kernel: its submit carries the key."""
 
@@ -162,7 +170,13 @@ class FarmCompile(compat.async_compile_class()):  # type: ignore[misc]
             del self.process_pool
 
     def cpp_pybinding(self, argtypes: list[str], source_code: str, key: str | None = None) -> Any:
-        return super().cpp_pybinding(argtypes, source_code)
+        loaded = super().cpp_pybinding(argtypes, source_code)
+        pool = type(self).process_pool()  # the Router while the farm is on
+        if isinstance(pool, BuiltPool):
+            task = compat.built_on_disk(loaded)
+            if task is not None:  # built in Inductor's cache dir already: no job, so no entry yet
+                pool.built_already(task)
+        return loaded
 
     def wait_named(self, manifest: Mapping[str, Any], futures: Mapping[str, Any]) -> tuple[Any, ...]:
         """Resolve each named kernel future, in order; return the kernels in that order.

@@ -65,17 +65,21 @@ def served_lines(stats: Mapping[str, Any]) -> list[str]:
 
 def kernel_lines(stats: Mapping[str, Any]) -> list[str]:
     """Where the kernels that missed every tier were compiled: the parts add up to the misses (a job
-    that failed in Ray and was then compiled by stock's pool counts in both), [] without misses."""
+    that failed in Ray and was then compiled by stock's pool counts in both), [] without misses;
+    and the C++ kernels Inductor loaded built from its own dir, which no lookup missed."""
     missed = stats.get("kernel_misses", 0)
+    found = stats.get("kernels_from_inductor_dir", 0)
+    built = [f"  C++ kernels Inductor found built in its own cache dir (no job), written to the tiers: {found}"
+             ] if found else []
     if not missed:
-        return []
+        return built
     parts = (("farm jobs", "jobs"), ("joined a job in flight", "deduped"), ("this node's workers", "jobs_local"),
              ("another driver's compile", "dedupe_cluster"), ("stock's pool", "fallbacks"))
     inline = stats.get("jobs_in_process", 0)
     started = f" ({inline} in this process while they started)" if inline else ""
     return [f"  kernels no tier had {missed}: " + ", ".join(f"{label} {stats.get(name, 0)}"
                                                           + (started if name == "jobs_local" else "")
-                                                          for label, name in parts)]
+                                                          for label, name in parts)] + built
 
 
 def ray_lines(stats: Mapping[str, Any]) -> list[str]:

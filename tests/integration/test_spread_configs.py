@@ -114,6 +114,8 @@ def test_the_compile_workers_run_the_farms_jobs_below_the_drivers_priority(
     binaries are the ones a worker at the default priority makes."""
     source = (corpus / KERNEL).read_text().replace("'max_autotune': False", "'max_autotune': True")
     driver = os.getpriority(os.PRIO_PROCESS, 0)
+    if driver + 10 > 19:
+        pytest.skip(f"this process runs at nice {driver}: a worker cannot go 10 lower")
     plain, _, _ = compile_through_router(pool, source, tmp_path / "plain", spread=True)
     workers = children(pool.process.pid)
     assert workers and {os.getpriority(os.PRIO_PROCESS, w) for w in workers} == {driver}

@@ -92,7 +92,7 @@ from .codegen import (
 )
 from .configs import config_count, spreads
 from .coordesc import coordesc_first_sweep, coordesc_prefetched
-from .cpp import builder_parts, cpp_compiler, cpp_job_parts, cpp_kernel_lines, defining_cpp_kernel
+from .cpp import builder_parts, built_on_disk, cpp_compiler, cpp_job_parts, cpp_kernel_lines, defining_cpp_kernel
 from .dynamo import compiled_function, frames_stored, inductor_compiling, source_id
 from .entry import (
     async_compile_class,
@@ -275,6 +275,7 @@ __all__ = [
     "cpp",
     "cpp_compiler",
     "cpp_job_parts",
+    "built_on_disk",
     "coordesc_first_sweep",
     "coordesc_prefetched",
     "cpp_kernel_lines",

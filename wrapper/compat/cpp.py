@@ -5,6 +5,7 @@ torch 2.11.0 and 2.13.0."""
 from __future__ import annotations
 
 import functools
+import inspect
 import linecache
 import re
 import shlex
@@ -28,6 +29,8 @@ SEAMS: Seams = {
     "CppBuilder._orig_source_paths": ("torch._inductor.cpp_builder", "CppBuilder.__init__"),
     "CppBuilder._output_dir": ("torch._inductor.cpp_builder", "CppBuilder.__init__"),
     "get_cpp_compiler": ("torch._inductor.cpp_builder", "get_cpp_compiler"),
+    # what AsyncCompile.cpp_pybinding returns with a pool; read by built_on_disk
+    "LambdaFuture.result_fn": ("torch._inductor.codecache", "LambdaFuture.__init__"),
 }
 
 
@@ -40,6 +43,25 @@ def cpp_job_parts(fn: Callable[..., Any]) -> tuple[str, list[Any]] | None:
         lock_path, builders = fn.args
         return lock_path, list(builders)
     return None
+
+
+def built_on_disk(loaded: Any) -> Callable[..., Any] | None:
+    """The C++ build job of a kernel that ``AsyncCompile.cpp_pybinding`` returned as ``loaded`` (a
+    ``LambdaFuture``) without submitting it, because the library was built in Inductor's cache dir
+    already (``CppCodeCache.load_async`` submits only where the binary is missing; its ``load_fn``
+    keeps the job as ``worker_fn`` beside a ``future`` left None); None where it was submitted,
+    loaded synchronously (one compile thread), or the closures are not the ones of the versions
+    checked. Read from the closures of ``load_pybinding_async``'s ``future`` (``get_result``) and
+    of ``load_async``'s ``load_fn``, on 2.11 and 2.13 alike."""
+    try:
+        outer = inspect.getclosurevars(getattr(loaded, "result_fn", None)).nonlocals
+        inner = inspect.getclosurevars(outer.get("get_result")).nonlocals
+    except TypeError:  # not a function: another shape of future
+        return None
+    if "future" not in inner or inner["future"] is not None:
+        return None
+    worker = inner.get("worker_fn")
+    return worker if cpp_job_parts(worker) is not None else None
 
 
 def builder_parts(builder: Any) -> tuple[str, str, list[str], str]:
