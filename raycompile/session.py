@@ -327,6 +327,12 @@ class Session:
         if hooks is not None:
             hooks.kernels_loaded(kernels)
 
+    def _kernel_built(self, task: Any, inductor_dir: str) -> None:
+        """A C++ kernel Inductor loaded built from its cache dir: the Router writes its entry."""
+        hooks = self.hooks
+        if hooks is not None:
+            hooks.router.built_already(task, inductor_dir)
+
     def _install_codegen(self) -> None:
         """What a graph's compile needs beyond what loading compiled frames installed (the output
         module's codegen, max-autotune's seams): installed at the first compile, once."""
@@ -356,7 +362,7 @@ class Session:
             self._unbind = runtime.bind(runtime.Binding(self.winners, settings.progress,
                                                         lambda: progress_wanted(settings.progress),
                                                         prefetch=self.cache.prefetch,
-                                                        loaded=self._kernels_loaded))
+                                                        loaded=self._kernels_loaded, built=self._kernel_built))
             process_pool, submit = compat.stock_pools()
             flights = None
             if self.cache.local is not None:  # whole graphs single-flighted among this node's processes

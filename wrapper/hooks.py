@@ -120,7 +120,7 @@ class Router:
         self.worker_nice = worker_nice
         self._workers: AtPriority | None = None
         self._workers_made: list[AtPriority] = []
-        self._built_seen: set[str] = set()  # C++ kernels found built in Inductor's dir, looked at once
+        self._built_seen: set[str] = set()  # C++ libraries found built in Inductor's dir (lock paths)
         self.cache = cache
         self.stats = stats
         self.versions = Versions.here()
@@ -267,26 +267,27 @@ class Router:
                     "was made with another toolchain or settings); using this node's key",
                     job.label, expected[:12], job.key[:12])
 
-    def built_already(self, task: Callable[[], Any]) -> None:
-        """A C++ kernel Inductor loaded built from its own cache dir (``task``, its build job, was
-        never submitted: ``compat.built_on_disk``): its entry is written to the tiers where the local
-        one has none, on an I/O thread, so another node (or a process with another Inductor cache
-        dir) that loads an output module or compiled frames naming it finds it instead of
-        compiling it. Counted ``kernels_from_inductor_dir``."""
+    def built_already(self, task: Callable[[], Any], inductor_dir: str) -> None:
+        """A C++ kernel Inductor loaded, built, from its own cache dir ``inductor_dir`` (``task``,
+        its build job, was never submitted: ``compat.when_loaded_from_disk``): its entry is written
+        to the tiers where the local one has none, on an I/O thread, so another node (or a process
+        with another Inductor cache dir) that loads an output module or compiled frames naming it
+        finds it instead of compiling it. Counted ``kernels_from_inductor_dir``."""
         if self.cache is None:
             return
+        parts = compat.cpp_job_parts(task)
+        with self._lock:  # each library looked at once (its lock path is its own), before any work
+            if parts is None or parts[0] in self._built_seen:
+                return
+            self._built_seen.add(parts[0])
         with contextlib.suppress(RuntimeError):  # the session is closing: not written, as before
-            self._io.submit(self._publish_built, task)
+            self._io.submit(self._publish_built, task, inductor_dir)
 
-    def _publish_built(self, task: Callable[[], Any]) -> None:
+    def _publish_built(self, task: Callable[[], Any], inductor_dir: str) -> None:
         try:
-            job = cpp_job_for(task, self.versions, self.job_timeout_s)
+            job = cpp_job_for(task, self.versions, self.job_timeout_s, inductor_dir)
             if job is None or self.cache is None:
                 return
-            with self._lock:
-                if job.key in self._built_seen:
-                    return
-                self._built_seen.add(job.key)
             local = self.cache.local
             if local is not None and local.has(job.key):
                 return  # written when it was built (to every tier)
@@ -294,7 +295,9 @@ class Router:
             for step in job.steps:
                 with open(step.target, "rb") as f:
                     files[step.target] = f.read()
-            self.cache.put(to_entry(Built(job.key, job.label, 0.0, files=files)))
+            if not all(files.values()):
+                return  # an empty file: nothing to share
+            self.cache.put(to_entry(Built(job.key, job.label, 0.0, files=files), inductor_dir))
             self.stats.add(kernels_from_inductor_dir=1)
         except Exception as e:  # noqa: BLE001 - not written: the next node compiles it, as before
             log.debug("raycompile: a C++ kernel built in Inductor's cache dir was not written to the tiers "

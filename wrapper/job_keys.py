@@ -60,12 +60,14 @@ def _cpp_label(steps: list[CppStep], inputs: dict[str, bytes]) -> str:
     return f"C++ kernel {os.path.basename(steps[-1].target).split('.')[0][:8]} ({lines} lines)"
 
 
-def cpp_job_for(task: Callable[..., Any], versions: Versions, timeout_s: float = 600.0) -> CppJob | None:
+def cpp_job_for(task: Callable[..., Any], versions: Versions, timeout_s: float = 600.0,
+                inductor_dir: str | None = None) -> CppJob | None:
     """Turn Inductor's C++ build partial into a self-contained, keyed job: resolved command lines
     (with ``-march=native`` expanded for THIS machine) and the input files a remote node lacks.
     Its label is the kernel's name in the output module (``cpp_fused_relu_0``) where this runs
     under that module's definition of it (Inductor calls it there), else ``_cpp_label``. None
-    when ``task`` is not a C++ build."""
+    when ``task`` is not a C++ build. ``inductor_dir``: Inductor's cache dir the build was made
+    in, where that is not the current one (default: the current one)."""
     parts = compat.cpp_job_parts(task)
     if parts is None:
         return None
@@ -86,7 +88,7 @@ def cpp_job_for(task: Callable[..., Any], versions: Versions, timeout_s: float =
         produced.add(target)
     name = compat.defining_cpp_kernel() or _cpp_label(steps, inputs)
     key = keys.cpp_build_key([s.command for s in steps], inputs, versions.torch, versions.triton,
-                             compiler_version(steps[0].command[0]), compat.inductor_cache_dir())
+                             compiler_version(steps[0].command[0]), inductor_dir or compat.inductor_cache_dir())
     return CppJob(name, tuple(steps), inputs, versions, lock_path, timeout_s, key=key)
 
 
@@ -103,9 +105,10 @@ def local_paths(blobs: dict[str, bytes], job: Job) -> dict[str, bytes]:
     return keys.to_paths(blobs, triton_dir, compat.inductor_cache_dir())
 
 
-def to_entry(result: Built) -> Entry:
-    """The cache entry of a built job: its files as blobs, its compiled kernel as the payload."""
-    blobs = keys.from_paths(result.files, compat.inductor_cache_dir())
+def to_entry(result: Built, inductor_dir: str | None = None) -> Entry:
+    """The cache entry of a built job: its files as blobs, its compiled kernel as the payload
+    (``inductor_dir``: the Inductor cache dir its files are in; default: the current one)."""
+    blobs = keys.from_paths(result.files, inductor_dir or compat.inductor_cache_dir())
     if result.payload:
         blobs[keys.PAYLOAD] = result.payload
     meta: dict[str, Any] = {"label": result.label, "seconds": result.seconds}

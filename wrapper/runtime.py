@@ -74,12 +74,16 @@ class Binding:
     def __init__(self, winners: Winners | None = None, progress: bool | None = None,
                  show_progress: Callable[[], bool] = lambda: False,
                  prefetch: Callable[[list[str]], object] | None = None,
-                 loaded: Callable[[tuple[Any, ...]], object] | None = None) -> None:
+                 loaded: Callable[[tuple[Any, ...]], object] | None = None,
+                 built: Callable[[Callable[..., Any], str], object] | None = None) -> None:
         self.winners = winners if winners is not None else Winners()
         self.progress = progress  # the setting: True forces a bar even off a terminal
         self.show_progress = show_progress  # whether a bar is wanted now
         self.prefetch = prefetch  # looks up a module's kernels in the shared tier, batched
         self.loaded = loaded  # told of a module's kernels once they are all loaded
+        # told of a C++ kernel Inductor loaded built from its own cache dir (its build job, that
+        # dir): no job ran for it, so no entry was written (the session's Router writes one)
+        self.built = built
 
 
 # The one reference from generated modules (loaded by import, with no handle passed) to the
@@ -122,14 +126,6 @@ class KeyedPool(Protocol):
     def submit_keyed(self, key: str, fn: Callable[..., Any], *args: Any) -> Any: ...
 
 
-@runtime_checkable
-class BuiltPool(Protocol):
-    """A compile pool told of a C++ kernel Inductor loaded built from its own cache dir, which no job
-    compiled (the Router, while the farm is on: it writes the kernel's entry to the tiers)."""
-
-    def built_already(self, task: Callable[[], Any]) -> None: ...
-
-
 class _Keyed:
     """The pool ``FarmCompile.triton`` hands Inductor for one kernel: its submit carries the key."""
 
@@ -155,7 +151,7 @@ class FarmCompile(compat.async_compile_class()):  # type: ignore[misc]
             binding.prefetch(list(keys))
 
     def triton(self, kernel_name: str, source_code: str, device_str: str = "cuda", key: str | None = None) -> Any:
-        if not key:
+        if not key or _bound is None:  # no session: stock's own pool, asked for only by stock's code
             return super().triton(kernel_name, source_code, device_str)
         self.keys[kernel_name] = key
         pool = type(self).process_pool()  # Inductor's pool: the Router while the farm is on
@@ -171,11 +167,14 @@ class FarmCompile(compat.async_compile_class()):  # type: ignore[misc]
 
     def cpp_pybinding(self, argtypes: list[str], source_code: str, key: str | None = None) -> Any:
         loaded = super().cpp_pybinding(argtypes, source_code)
-        pool = type(self).process_pool()  # the Router while the farm is on
-        if isinstance(pool, BuiltPool):
-            task = compat.built_on_disk(loaded)
-            if task is not None:  # built in Inductor's cache dir already: no job, so no entry yet
-                pool.built_already(task)
+        binding = _bound
+        if binding is not None and binding.built is not None:
+            built, where = binding.built, compat.inductor_cache_dir()  # the dir the kernel was found in
+            try:  # found built in Inductor's dir: no job ran, so no entry yet; told once it loaded
+                compat.when_loaded_from_disk(loaded, lambda task: built(task, where))
+            except Exception as e:  # noqa: BLE001 - never in the way of a load: not written, as before
+                log.debug("raycompile: a C++ kernel found in Inductor's cache dir is not written (%s: %s)",
+                          type(e).__name__, e)
         return loaded
 
     def wait_named(self, manifest: Mapping[str, Any], futures: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -92,7 +92,15 @@ from .codegen import (
 )
 from .configs import config_count, spreads
 from .coordesc import coordesc_first_sweep, coordesc_prefetched
-from .cpp import builder_parts, built_on_disk, cpp_compiler, cpp_job_parts, cpp_kernel_lines, defining_cpp_kernel
+from .cpp import (
+    builder_parts,
+    built_on_disk,
+    cpp_compiler,
+    cpp_job_parts,
+    cpp_kernel_lines,
+    defining_cpp_kernel,
+    when_loaded_from_disk,
+)
 from .dynamo import compiled_function, frames_stored, inductor_compiling, source_id
 from .entry import (
     async_compile_class,
@@ -276,6 +284,7 @@ __all__ = [
     "cpp_compiler",
     "cpp_job_parts",
     "built_on_disk",
+    "when_loaded_from_disk",
     "coordesc_first_sweep",
     "coordesc_prefetched",
     "cpp_kernel_lines",

@@ -56,12 +56,33 @@ def built_on_disk(loaded: Any) -> Callable[..., Any] | None:
     try:
         outer = inspect.getclosurevars(getattr(loaded, "result_fn", None)).nonlocals
         inner = inspect.getclosurevars(outer.get("get_result")).nonlocals
-    except TypeError:  # not a function: another shape of future
+    except Exception:  # noqa: BLE001 - not a function, an empty cell: another shape of future
         return None
     if "future" not in inner or inner["future"] is not None:
         return None
     worker = inner.get("worker_fn")
     return worker if cpp_job_parts(worker) is not None else None
+
+
+def when_loaded_from_disk(loaded: Any, then: Callable[[Callable[..., Any]], object]) -> bool:
+    """Where ``loaded`` (``AsyncCompile.cpp_pybinding``'s result) is a kernel Inductor found built
+    in its cache dir (``built_on_disk``), call ``then(its build job)`` once, after the library
+    loaded here (``LambdaFuture.result_fn`` returned: a truncated file, which Inductor's in-place
+    build can leave, fails there and is never handed on). Whether it will."""
+    task = built_on_disk(loaded)
+    if task is None:
+        return False
+    original, told = loaded.result_fn, []
+
+    def result_fn() -> Any:
+        out = original()
+        if not told:
+            told.append(True)
+            then(task)
+        return out
+
+    loaded.result_fn = result_fn
+    return True
 
 
 def builder_parts(builder: Any) -> tuple[str, str, list[str], str]:
