@@ -94,7 +94,6 @@ from .configs import config_count, spreads
 from .coordesc import coordesc_first_sweep, coordesc_prefetched
 from .cpp import (
     builder_parts,
-    built_on_disk,
     cpp_compiler,
     cpp_job_parts,
     cpp_kernel_lines,
@@ -283,7 +282,6 @@ __all__ = [
     "cpp",
     "cpp_compiler",
     "cpp_job_parts",
-    "built_on_disk",
     "when_loaded_from_disk",
     "coordesc_first_sweep",
     "coordesc_prefetched",
