@@ -15,6 +15,15 @@ differ in more picks than it did, and its pick total was smaller. Kernel names a
 (their indices depend on the order of compilation), so stock's and the farm's output modules,
 which differ in how they define kernels but not in what they chose, compare too.
 
+``decisions_of()``: the timings a process's max-autotune decisions were made on, from the tables
+Inductor writes to stderr for each (``AUTOTUNE mm(2048x768, 768x3072)``, its strides and dtypes,
+then each choice's name, milliseconds, the fastest's time as a share of it, and its configuration;
+all choices with ``TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED=all``, the 10 fastest by default).
+``compare_decisions()`` matches two processes' decisions and, where they picked differently, says
+by how much each one's own timings put the other's pick behind its own: a near-tie (a gap within the
+timings' run-to-run noise) is a pick either could have made, while a pick that the other process
+timed far slower is one made on different timings. Stock against stock gives the noise.
+
 ``GPUBusy``: the GPUs' busy seconds over a job, from ``nvidia-smi``'s utilization (the share of
 each sampling period in which a kernel ran), integrated over the job: the timing of candidates,
 in whichever process or actor it ran (stock's autotune subprocesses included), and the steps.
@@ -24,12 +33,14 @@ None where there is no ``nvidia-smi``.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import re
 import shutil
 import subprocess
 import threading
 import time
+from typing import Any
 
 # a template kernel's definition, as stock's and the farm's output modules write it:
 # ``NAME = async_compile.triton('NAME', '''SOURCE''', ...)``
@@ -73,6 +84,65 @@ def picks() -> dict[str, int]:
             continue
         counts.update(picks_of(source))
     return dict(sorted(counts.items()))
+
+
+# one decision's table, as select_algorithm's log_results writes it (torch 2.11 and 2.13)
+_TABLE = re.compile(r"^AUTOTUNE (\w+)\((.*)\)\nstrides: (.*)\ndtypes: (.*)\n((?:  .*\n?)*)", re.M)
+_ROW = re.compile(r"^  (\S+) ([0-9.]+|inf) ms ([0-9.]+)%(?: (.*))?$")
+
+
+def choice_id(name: str, description: str) -> str:
+    """A choice, named as two processes both name it: Inductor numbers its template choices in the
+    order it makes them (``triton_mm_12``), so the number is dropped and the configuration kept."""
+    return f"{re.sub(r'_[0-9]+$', '', name)} {description.strip()}".strip()
+
+
+def decisions_of(stderr: str) -> dict[str, dict[str, float]]:
+    """Each max-autotune decision in a process's stderr: its key (op, sizes, strides, dtypes) ->
+    {choice: its time as a share of the fastest's, 1.0 the pick} in the table's order (fastest
+    first). The share is Inductor's own (``best / time``, printed to 0.1%), finer than the
+    milliseconds it prints to 0.1 us. A decision tabled twice (a graph compiled again) keeps the
+    last table."""
+    out: dict[str, dict[str, float]] = {}
+    for op, sizes, strides, dtypes, rows in _TABLE.findall(stderr):
+        table: dict[str, float] = {}
+        for line in rows.splitlines():
+            m = _ROW.match(line)
+            if m is None:
+                continue
+            name, _ms, share, description = m.groups()
+            table.setdefault(choice_id(name, description or ""), 100.0 / float(share) if float(share) else math.inf)
+        if table:
+            out[f"{op}({sizes}) strides {strides} dtypes {dtypes}"] = table
+    return out
+
+
+def compare_decisions(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Two processes' decisions (``decisions_of``) matched by key: how many both made, how many they
+    decided alike, and for each decided differently the gap: how much slower each process timed the
+    other's pick than its own (``gap_a``: in ``a``'s table, ``b``'s pick over ``a``'s, less 1;
+    None where ``a``'s table does not list it). ``gap`` is the larger of the two known, the
+    disagreement's size; ``by_gap`` counts them under 1%, 3%, 10% and over."""
+    both = sorted(set(a) & set(b))
+    differing = []
+    for key in both:
+        pick_a, pick_b = next(iter(a[key])), next(iter(b[key]))
+        if pick_a == pick_b:
+            continue
+        gap_a = a[key].get(pick_b)
+        gap_b = b[key].get(pick_a)
+        gaps = [g - 1.0 for g in (gap_a, gap_b) if g is not None]
+        differing.append({"decision": key, "pick_a": pick_a, "pick_b": pick_b,
+                          "gap_a": None if gap_a is None else round(gap_a - 1.0, 4),
+                          "gap_b": None if gap_b is None else round(gap_b - 1.0, 4),
+                          "gap": round(max(gaps), 4) if gaps else None})
+    bins = {"<1%": 0, "<3%": 0, "<10%": 0, ">=10% or unlisted": 0}
+    for d in differing:
+        g = d["gap"]
+        bins["<1%" if g is not None and g < 0.01 else "<3%" if g is not None and g < 0.03
+             else "<10%" if g is not None and g < 0.10 else ">=10% or unlisted"] += 1
+    return {"compared": len(both), "same": len(both) - len(differing), "only_a": len(set(a) - set(b)),
+            "only_b": len(set(b) - set(a)), "by_gap": bins, "differing": differing}
 
 
 def differ(a: dict[str, int], b: dict[str, int]) -> int:
@@ -138,3 +208,37 @@ class GPUBusy:
         if self._thread is not None:
             self._thread.join(timeout=15)
         return None if self.seconds is None else {k: round(v, 1) for k, v in self.seconds.items()}
+
+
+def _rank0_decisions(spec: str) -> dict[str, dict[str, float]]:
+    """``FILE.json:CASE`` (a ranks.py result; CASE as its table names it, e.g. ``stock#2``)."""
+    import json
+
+    path, _, case = spec.rpartition(":")
+    runs = [r for r in json.load(open(path))["runs"] if r.get("case") == case and r.get("ranks")]
+    if not runs:
+        raise SystemExit(f"{path} has no finished run of case {case!r}")
+    return runs[0]["ranks"][0].get("decisions") or {}
+
+
+def main() -> int:
+    """Compare two processes' max-autotune decisions across ranks.py results (two runs of one case
+    in separate invocations: the noise), printing each decision decided differently with its gaps."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("a", help="FILE.json:CASE")
+    p.add_argument("b", help="FILE.json:CASE")
+    args = p.parse_args()
+    vs = compare_decisions(_rank0_decisions(args.a), _rank0_decisions(args.b))
+    print(f"{vs['same']} of {vs['compared']} decisions alike (only in a: {vs['only_a']}, only in b: {vs['only_b']}); "
+          f"decided differently, by gap: {vs['by_gap']}")
+    for d in sorted(vs["differing"], key=lambda d: -1 if d["gap"] is None else d["gap"]):
+        print(f"  {d['gap'] if d['gap'] is not None else 'unlisted'}: {d['decision']}\n"
+              f"      a picked {d['pick_a']} (b timed it +{d['gap_b']})\n"
+              f"      b picked {d['pick_b']} (a timed it +{d['gap_a']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

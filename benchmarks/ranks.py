@@ -66,7 +66,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from overhead import build, busy_cpu_s, fresh, prefill_header, start_ray, stop_ray  # noqa: E402 - next to this script
-from picks import differ  # noqa: E402
+from picks import compare_decisions, differ  # noqa: E402
 
 CASES = ("stock", "stock-nonlazy", "stock-dist", "stock-dist-nopipe", "farm")
 
@@ -220,7 +220,7 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
     import signal
     import socket
 
-    from picks import GPUBusy, differ  # next to this script
+    from picks import GPUBusy, decisions_of, differ  # next to this script
 
     peak = [0]
     base = _used_memory_b()
@@ -258,8 +258,10 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
 
     # RANK, not LOCAL_RANK: these ranks share one GPU, while torchrun's LOCAL_RANK names a rank's own
     # GPU, and single flight is shared only by the ranks of one device (wrapper/flights.py)
-    common = {**{k: v for k, v in os.environ.items() if k != "LOCAL_RANK"}, **env, "WORLD_SIZE": str(n),
-              "RANKS_INIT": f"tcp://127.0.0.1:{port}"}
+    # every choice of each max-autotune decision in Inductor's tables (stderr), not only the ten
+    # fastest: where two processes picked differently, how far apart each timed the two picks
+    common = {**{k: v for k, v in os.environ.items() if k != "LOCAL_RANK"},
+              "TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED": "all", **env, "WORLD_SIZE": str(n), "RANKS_INIT": f"tcp://127.0.0.1:{port}"}
     procs = [subprocess.Popen(command(i), env={**common, "RANK": str(i)}, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True) for i in range(n)]
     rank_pids.update(p.pid for p in procs)
@@ -292,6 +294,7 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
         r = json.loads(lines[-1][7:])
         r["first_output_s"] = r.pop("first_output_epoch") - t0
         r["phases_s"] = {k: round(v - t0, 2) for k, v in r.pop("phases_epoch").items()}
+        r["decisions"] = decisions_of(err)
         ranks.append(r)
     cpu = busy_cpu_s() - cpu0
     gpu_s = gpu.stop()
@@ -365,35 +368,42 @@ def main() -> int:
             jobs: dict[str, dict[str, Any]] = {}
             written: dict[str, dict[str, Any]] = {}  # case -> its row in doc["runs"]
             for case in args.cases:
-                env = fresh(work, f"{model}-{n}-{case}")
+                # a case named twice runs twice (stock twice: its own picks' run-to-run noise)
+                name = case if case not in jobs else f"{case}#{sum(k.split('#')[0] == case for k in jobs) + 1}"
+                env = fresh(work, f"{model}-{n}-{name}")
                 print(f"{model} x{n} {case} ...", flush=True)
                 prefix = str(args.out / f"ranks_{args.label}_sampled_{model}_{n}_{case}")
                 sample = (args.sample, prefix) if args.sample else None
                 try:
                     if case != "farm":
-                        jobs[case] = run_job(model, n, case, env, args.timeout, sample, mode=args.mode)
+                        jobs[name] = run_job(model, n, case, env, args.timeout, sample, mode=args.mode)
                     else:
                         ray_proc, ray_env = start_ray(work / f"{model}-{n}-ray")  # a new cluster: nothing warm in it
                         try:
-                            jobs[case] = run_job(model, n, case, {**env, **ray_env}, args.timeout, sample,
+                            jobs[name] = run_job(model, n, case, {**env, **ray_env}, args.timeout, sample,
                                                  mode=args.mode)
                         finally:
                             stop_ray(ray_proc)
                     # written as each case ends: a run cut short keeps the cases it finished
-                    written[case] = {"model": model, "ranks": n, "case": case, **jobs[case]}  # "ranks": each rank's
-                    doc["runs"].append(written[case])
+                    written[name] = {"model": model, "ranks": n, "case": name, **jobs[name]}  # "ranks": each rank's
+                    doc["runs"].append(written[name])
                     path.write_text(json.dumps(doc, indent=1))
                 except RuntimeError as e:  # a case that fails is reported; the others still run
-                    print(f"  {model} x{n} {case} FAILED: {e}", flush=True)
-                    doc["runs"].append({"model": model, "ranks": n, "case": case, "failed": str(e)[-6000:]})
+                    print(f"  {model} x{n} {name} FAILED: {e}", flush=True)
+                    doc["runs"].append({"model": model, "ranks": n, "case": name, "failed": str(e)[-6000:]})
                     path.write_text(json.dumps(doc, indent=1))
             if not jobs:
                 continue
             base = jobs.get("stock") or next(iter(jobs.values()))
             for name, job in jobs.items():
                 job["picks_differ_from_stock_rank0"] = differ(job["picks_rank0"], base["picks_rank0"])
+                # rank 0's decisions against stock's rank 0's, each decided differently with its gap
+                vs = compare_decisions(job["ranks"][0]["decisions"], base["ranks"][0]["decisions"]) \
+                    if job["ranks"] and base["ranks"] else None
+                job["decisions_vs_stock_rank0"] = vs
                 rows.append((model, n, name, job, base))
                 written[name]["picks_differ_from_stock_rank0"] = job["picks_differ_from_stock_rank0"]
+                written[name]["decisions_vs_stock_rank0"] = vs
                 path.write_text(json.dumps(doc, indent=1))
                 late = f", TIMED OUT ranks {job['timed_out']}" if job["timed_out"] else ""
                 print(f"  {model} x{n} {name}: slowest {job['slowest_s']:.2f} s{late}, cpu {job['cpu_s']:.1f} s "
@@ -402,6 +412,9 @@ def main() -> int:
                       f"{sum(job['picks_rank0'].values())} (rank 0), differing from rank 0 "
                       f"{job['picks_differ_from_rank0']}, from stock's rank 0 {job['picks_differ_from_stock_rank0']}",
                       flush=True)
+                if vs and vs["compared"]:
+                    print(f"    decisions against stock's rank 0: {vs['same']} of {vs['compared']} alike, the others "
+                          f"by the gap each timed between the two picks {vs['by_gap']}", flush=True)
                 for i, r in enumerate(job["ranks"]):
                     shown = ("benchmarks", "benchmark_seconds", "decisions", "stock_knobs", "gave_up_why", "ray_begun",
                              "ray_wait_s", "probe_wait_s", "tunings_adopted", "tunings_reserved", "tunings_wait_s",

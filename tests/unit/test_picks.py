@@ -67,3 +67,33 @@ def test_two_processes_that_decided_one_call_site_differently_differ_by_two() ->
     b = count(_module(["triton_tem_fused_mm_0"] * 2 + ["aten", "aten"]))
     assert sum(a.values()) == sum(b.values()) == 4, (a, b)
     assert picks.differ(a, b) == 2 and picks.differ(a, a) == 0, (a, b)
+
+
+def _table(op: str, rows: list[tuple[str, float, str]]) -> str:
+    """One decision's table as Inductor's ``log_results`` writes it (the fastest first)."""
+    best = min(ms for _, ms, _ in rows)
+    return (f"AUTOTUNE {op}(2048x768, 768x3072)\nstrides: [768, 1], [3072, 1]\ndtypes: torch.bfloat16, torch.bfloat16\n"
+            + "".join(f"  {name} {ms:.4f} ms {best / ms:.1%} {desc}\n" for name, ms, desc in rows)
+            + "SubProcess AUTOTUNE benchmarking takes 1.2 seconds and 0.0 seconds precompiling for 3 choices\n")
+
+
+def test_decisions_decided_differently_are_sized_by_each_process_own_timings() -> None:
+    """Process A picked ATen's mm, B a template that A timed 2% slower and B timed 1.5% faster than
+    ATen: a near-tie, sized by the larger gap. The template's number (its order of making) differs
+    between the processes and is not part of the choice."""
+    picks = _picks()
+    cfg = "BLOCK_K=64, BLOCK_M=128, BLOCK_N=128, num_stages=3, num_warps=8"
+    a = picks.decisions_of("noise before\n" + _table("mm", [("mm", 0.0200, ""), ("triton_mm_7", 0.0204, cfg),
+                                                            ("triton_mm_3", 0.0300, "BLOCK_M=64")]))
+    b = picks.decisions_of(_table("mm", [("triton_mm_12", 0.0197, cfg), ("mm", 0.0200, "")]))
+    key = next(iter(a))
+    assert list(a) == list(b) == [key] and key.startswith("mm(2048x768, 768x3072) strides")
+    assert list(a[key]) == ["mm", f"triton_mm {cfg}", "triton_mm BLOCK_M=64"] and a[key]["mm"] == 1.0
+    vs = picks.compare_decisions(a, b)
+    (d,) = vs["differing"]
+    assert vs["compared"] == 1 and vs["same"] == 0 and vs["by_gap"]["<3%"] == 1, vs
+    assert abs(d["gap_a"] - 0.02) < 0.001 and abs(d["gap_b"] - 0.015) < 0.001 and d["gap"] == d["gap_a"], d
+    assert picks.compare_decisions(a, a)["same"] == 1
+    # a pick the other process did not list at all (beyond its displayed choices) is not a near-tie
+    c = picks.decisions_of(_table("mm", [("triton_mm_1", 0.0150, "BLOCK_M=32"), ("mm", 0.0200, "")]))
+    assert picks.compare_decisions(a, c)["by_gap"][">=10% or unlisted"] == 1
