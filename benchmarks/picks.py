@@ -218,7 +218,11 @@ def _rank0_decisions(spec: str) -> dict[str, dict[str, float]]:
     runs = [r for r in json.load(open(path))["runs"] if r.get("case") == case and r.get("ranks")]
     if not runs:
         raise SystemExit(f"{path} has no finished run of case {case!r}")
-    return runs[0]["ranks"][0].get("decisions") or {}
+    rank0 = runs[0]["ranks"][0]
+    tables = rank0.get("autotune_tables")
+    if tables is None:  # stop 64's first run filed them as "decisions", over the farm's own counts
+        tables = {k: v for k, v in (rank0.get("decisions") or {}).items() if isinstance(v, dict)}
+    return tables
 
 
 def main() -> int:

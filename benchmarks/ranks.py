@@ -294,7 +294,7 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
         r = json.loads(lines[-1][7:])
         r["first_output_s"] = r.pop("first_output_epoch") - t0
         r["phases_s"] = {k: round(v - t0, 2) for k, v in r.pop("phases_epoch").items()}
-        r["decisions"] = decisions_of(err)
+        r["autotune_tables"] = decisions_of(err)
         ranks.append(r)
     cpu = busy_cpu_s() - cpu0
     gpu_s = gpu.stop()
@@ -398,7 +398,7 @@ def main() -> int:
             for name, job in jobs.items():
                 job["picks_differ_from_stock_rank0"] = differ(job["picks_rank0"], base["picks_rank0"])
                 # rank 0's decisions against stock's rank 0's, each decided differently with its gap
-                vs = compare_decisions(job["ranks"][0]["decisions"], base["ranks"][0]["decisions"]) \
+                vs = compare_decisions(job["ranks"][0]["autotune_tables"], base["ranks"][0]["autotune_tables"]) \
                     if job["ranks"] and base["ranks"] else None
                 job["decisions_vs_stock_rank0"] = vs
                 rows.append((model, n, name, job, base))
