@@ -41,6 +41,12 @@ steps), its peak host memory (the machine's used memory above what it was before
 sampled), whether every rank's loss is bitwise stock's, and whether every rank made the same
 max-autotune picks (``picks.py``: the ATen calls and Triton template configs in each rank's output
 modules; ``picks_differ_from_rank0``, and ``picks_differ_from_stock_rank0`` against stock's).
+Each rank's decision tables (``autotune_tables``: every choice of each max-autotune decision and
+its time against the pick's, from the tables Inductor writes to stderr; every case runs with
+``TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED=all``) give ``decisions_vs_stock_rank0``: the
+decisions rank 0 made as stock's rank 0 did, and each made differently with the gap each process
+timed between the two picks (``picks.compare_decisions``). A case named twice runs twice
+(``--cases stock farm stock``: the second is ``stock#2``, stock's own run-to-run noise).
 Prints a table and the ratios to stock measured in the same run; writes JSON under
 benchmarks/results/. Each rank's phases (``phases_s``: torch imported, enable() returned, model
 built, first output; seconds from the common start) show where a slow rank lost its time;

@@ -15,6 +15,15 @@ configs (128x128x64, 3 stages, 4 warps). Three conditions, each round in turn:
 - ``busy``: ``--busy`` processes (default: one per CPU) spinning at the default priority;
 - ``busy-nice``: the same processes at ``nice 10``, as compile workers that yield to the driver.
 
+With ``--gpu-states``, two more, for the order in which the farm times a decision (stop 64: in one
+farm process ATen was timed 52-54% slower than a template on two weight-gradient GEMMs where
+stock timed ATen faster; the farm times a decision's ATen choices, then waits seconds for its
+template timings, and confirms the fastest templates; stock times all of them back to back):
+
+- ``after-idle``: each GEMM timed after the GPU idled ``--gap`` seconds (the driver lowering);
+- ``after-busy``: each GEMM timed right after ``--gap`` seconds of large GEMMs on the GPU (the
+  actor timing candidates).
+
 The table gives each timing's median over rounds and its ratio to ``quiet``; ``aten/triton`` is
 the ratio that decides a pick. A ratio that moves with the condition is a pick that moves with it.
 """
@@ -35,6 +44,10 @@ SHAPES = {  # (M, K, N) of the step's forward and backward GEMMs, bf16
     "fc": (2048, 768, 3072),
     "fc_out": (2048, 3072, 768),
     "dW_fc": (768, 2048, 3072),
+    # the two weight-gradient decisions stop 64's farm decided against stock, the first operand
+    # transposed as in the step (strides [1, M]); the Triton GEMM takes a contiguous copy
+    "dW_fc_out^T": (3072, 2048, 768),
+    "dW_proj^T": (768, 2048, 768),
 }
 SPIN = "import os, sys\nos.nice(int(sys.argv[1]))\nwhile True:\n    pass\n"
 
@@ -71,16 +84,46 @@ def triton_mm():
     return run
 
 
-def time_all(bench, run_triton) -> dict[str, float]:
+def time_all(bench, run_triton, before=None) -> dict[str, float]:
+    """Each shape's ATen and Triton GEMM timed (us); ``before()``, where given, runs before each
+    timing (an idle or a busy GPU)."""
     import torch
     out = {}
     for name, (m, k, n) in SHAPES.items():
-        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        if name.endswith("^T"):
+            x = torch.randn(k, m, device="cuda", dtype=torch.bfloat16).t()
+        else:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        xc = x.contiguous()
         y = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        if before is not None:
+            before()
         out[f"{name} aten"] = bench(lambda x=x, y=y, c=c: torch.mm(x, y, out=c)) * 1000.0  # us
-        out[f"{name} triton"] = bench(lambda x=x, y=y, c=c: run_triton(x, y, c)) * 1000.0
+        if before is not None:
+            before()
+        out[f"{name} triton"] = bench(lambda x=xc, y=y, c=c: run_triton(x, y, c)) * 1000.0
     return out
+
+
+def gpu_states(gap_s: float) -> dict:
+    """``after-idle`` and ``after-busy``: what runs before each timing."""
+    import torch
+
+    big = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+
+    def idle() -> None:
+        torch.cuda.synchronize()
+        time.sleep(gap_s)
+
+    def busy() -> None:
+        end = time.monotonic() + gap_s
+        while time.monotonic() < end:
+            for _ in range(8):
+                torch.mm(big, big)
+            torch.cuda.synchronize()
+
+    return {"after-idle": idle, "after-busy": busy}
 
 
 def main() -> None:
@@ -89,6 +132,8 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", default=None)
     parser.add_argument("--label", default="timing_noise")
+    parser.add_argument("--gpu-states", action="store_true", help="also time after an idle and after a busy GPU")
+    parser.add_argument("--gap", type=float, default=2.0, help="seconds of idle or busy GPU before each timing")
     args = parser.parse_args()
     import torch
     from torch._inductor.runtime.benchmarking import benchmarker
@@ -97,10 +142,16 @@ def main() -> None:
         return
     run_triton = triton_mm()
     time_all(benchmarker.benchmark_gpu, run_triton)  # compile and warm up once
-    conditions = {"quiet": None, "busy": 0, "busy-nice": 10}
+    conditions: dict[str, int | None] = {"quiet": None, "busy": 0, "busy-nice": 10}
+    states = gpu_states(args.gap) if args.gpu_states else {}
+    conditions.update(dict.fromkeys(states))
     rows: dict[str, dict[str, list[float]]] = {c: {} for c in conditions}
     for _ in range(args.rounds):
         for cond, nice in conditions.items():
+            if cond in states:  # the CPU quiet; the GPU idle or busy just before each timing
+                for key, us in time_all(benchmarker.benchmark_gpu, run_triton, states[cond]).items():
+                    rows[cond].setdefault(key, []).append(us)
+                continue
             spinners = [] if nice is None else [subprocess.Popen([sys.executable, "-c", SPIN, str(nice)])
                                                 for _ in range(args.busy)]
             try:

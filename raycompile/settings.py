@@ -74,8 +74,10 @@ class Settings:
     # -- compile jobs -----------------------------------------------------------------------------
     # where kernel compiles run: "auto" sends them to the Ray cluster when it has CPUs on other
     # nodes than this one, else to Inductor's own compile workers on this node (a one-node farm adds
-    # no CPUs, only overhead); "cluster" always to Ray; "local" never. Cache, sharing and the
-    # cluster-wide dedupe work the same in every mode.
+    # no CPUs, only overhead); "cluster" always to Ray; "local" never. Cache and sharing work the
+    # same in every mode; the cluster-wide dedupe (a Ray actor) acts only where jobs go to Ray: two
+    # drivers compiling one kernel on their node's workers at once both compile it (single flight
+    # keeps the ranks of a job from compiling one function twice; the local tier serves it after).
     compile_jobs: CompileJobs = _in("jobs", "auto")
     job_timeout_s: float = _in("jobs", 600.0)  # one compile job, from submit to result
     retries: int = _in("jobs", 3)  # the farm re-runs a job whose worker or node died, this many times
