@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow  # two real max-autotune compiles, in parallel
+# two real max-autotune compiles, in parallel; a benchmark tool's reader, so extended (docs/testing.md)
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 PICKS = pathlib.Path(__file__).parents[2] / "benchmarks" / "picks.py"
 
