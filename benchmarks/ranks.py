@@ -378,7 +378,7 @@ def main() -> int:
                 name = case if case not in jobs else f"{case}#{sum(k.split('#')[0] == case for k in jobs) + 1}"
                 env = fresh(work, f"{model}-{n}-{name}")
                 print(f"{model} x{n} {case} ...", flush=True)
-                prefix = str(args.out / f"ranks_{args.label}_sampled_{model}_{n}_{case}")
+                prefix = str(args.out / f"ranks_{args.label}_sampled_{model}_{n}_{name.replace('#', '_')}")
                 sample = (args.sample, prefix) if args.sample else None
                 try:
                     if case != "farm":
