@@ -267,7 +267,8 @@ def run_job(model: str, n: int, case: str, env: dict[str, str], timeout: float,
     # every choice of each max-autotune decision in Inductor's tables (stderr), not only the ten
     # fastest: where two processes picked differently, how far apart each timed the two picks
     common = {**{k: v for k, v in os.environ.items() if k != "LOCAL_RANK"},
-              "TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED": "all", **env, "WORLD_SIZE": str(n), "RANKS_INIT": f"tcp://127.0.0.1:{port}"}
+              "TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED": "all", **env,
+              "WORLD_SIZE": str(n), "RANKS_INIT": f"tcp://127.0.0.1:{port}"}
     procs = [subprocess.Popen(command(i), env={**common, "RANK": str(i)}, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True) for i in range(n)]
     rank_pids.update(p.pid for p in procs)
