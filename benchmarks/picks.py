@@ -218,11 +218,7 @@ def _rank0_decisions(spec: str) -> dict[str, dict[str, float]]:
     runs = [r for r in json.load(open(path))["runs"] if r.get("case") == case and r.get("ranks")]
     if not runs:
         raise SystemExit(f"{path} has no finished run of case {case!r}")
-    rank0 = runs[0]["ranks"][0]
-    tables = rank0.get("autotune_tables")
-    if tables is None:  # stop 64's first run filed them as "decisions", over the farm's own counts
-        tables = {k: v for k, v in (rank0.get("decisions") or {}).items() if isinstance(v, dict)}
-    return tables
+    return runs[0]["ranks"][0].get("autotune_tables") or {}
 
 
 def main() -> int:
