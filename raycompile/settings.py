@@ -94,7 +94,8 @@ class Settings:
     # the node's compile workers (Inductor's process pool, as the farm fills it) and their ptxas run
     # this much below the driver's CPU priority (``nice``, 0-19; 0: as stock), so a busy node's
     # compiles delay neither the driver's lowering nor the GPU timings max-autotune takes in the
-    # driver and on the node's GPU actors (kernels/priority.py)
+    # driver and on the node's GPU actors (kernels/priority.py); after disable() they stay lowered
+    # until Inductor stops its idle workers (60-90 s without a job; docs/max-autotune.md)
     worker_nice: int = _in("jobs", 10)
 
     # -- the cache --------------------------------------------------------------------------------
