@@ -24,6 +24,13 @@ by how much each one's own timings put the other's pick behind its own: a near-t
 timings' run-to-run noise) is a pick either could have made, while a pick that the other process
 timed far slower is one made on different timings. Stock against stock gives the noise.
 
+``aten_against_templates()``: each decision's fastest ATen choice over the median of its Triton
+templates, from one process's table. It does not depend on what was picked, and on the GEMMs
+whose timings are steady it moves little from one process to the next (stop 64's four processes:
+within 4% on 5 of 15 decisions, and on 3 more but for one process). A process whose ATen timings
+were inflated (its driver busy, the GPU shared) stands out against the others' median for that
+decision.
+
 ``GPUBusy``: the GPUs' busy seconds over a job, from ``nvidia-smi``'s utilization (the share of
 each sampling period in which a kernel ran), integrated over the job: the timing of candidates,
 in whichever process or actor it ran (stock's autotune subprocesses included), and the steps.
@@ -145,6 +152,41 @@ def compare_decisions(a: dict[str, dict[str, float]], b: dict[str, dict[str, flo
             "only_b": len(set(b) - set(a)), "by_gap": bins, "differing": differing}
 
 
+def aten_against_templates(tables: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Each decision of ``tables`` (``decisions_of``) that has both: its fastest ATen choice's time
+    over the median time of its Triton templates (failed ones left out). ATen choices are the rows
+    without a configuration (``mm``, ``addmm``, ``bias_addmm``); the shares are relative to the
+    table's fastest, which cancels out."""
+    out: dict[str, float] = {}
+    for key, table in tables.items():
+        aten = [v for name, v in table.items() if "=" not in name]
+        templates = sorted(v for name, v in table.items()
+                           if name.startswith("triton_") and "=" in name and math.isfinite(v))
+        if aten and templates:
+            mid = len(templates) // 2
+            median = templates[mid] if len(templates) % 2 else (templates[mid - 1] + templates[mid]) / 2
+            out[key] = min(aten) / median
+    return out
+
+
+def aten_outliers(processes: dict[str, dict[str, float]], factor: float = 1.25) -> list[tuple[str, str, float]]:
+    """(process, decision, its ratio over the processes' median for that decision) for each ratio of
+    ``aten_against_templates`` at least ``factor`` away from that median, either way; a decision
+    needs three processes or more to have a median worth the name."""
+    found = []
+    for key in sorted(set().union(*(set(p) for p in processes.values()))):
+        values = {name: p[key] for name, p in processes.items() if key in p}
+        if len(values) < 3:
+            continue
+        ordered = sorted(values.values())
+        mid = len(ordered) // 2
+        median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        for name, v in values.items():
+            if v >= median * factor or v <= median / factor:
+                found.append((name, key, round(v / median, 3)))
+    return found
+
+
 def differ(a: dict[str, int], b: dict[str, int]) -> int:
     """How many picks two processes did not share (the multisets' symmetric difference)."""
     ca, cb = collections.Counter(a), collections.Counter(b)
@@ -227,10 +269,23 @@ def main() -> int:
     import argparse
 
     p = argparse.ArgumentParser(description=main.__doc__)
-    p.add_argument("a", help="FILE.json:CASE")
-    p.add_argument("b", help="FILE.json:CASE")
+    p.add_argument("specs", nargs="+", metavar="FILE.json:CASE", help="two runs; with --aten, any number")
+    p.add_argument("--aten", action="store_true",
+                   help="each decision's fastest ATen choice over its templates' median, per run, and "
+                        "the runs 25%% or more away from the runs' median")
     args = p.parse_args()
-    vs = compare_decisions(_rank0_decisions(args.a), _rank0_decisions(args.b))
+    if args.aten:
+        ratios = {spec: aten_against_templates(_rank0_decisions(spec)) for spec in args.specs}
+        keys = sorted(set().union(*ratios.values()))
+        print("ATen over the templates' median, per decision, for " + "; ".join(args.specs))
+        for key in keys:
+            print(f"  {key[:70]:70s} " + " ".join(f"{ratios[s].get(key, math.nan):6.3f}" for s in args.specs))
+        for spec, key, off in aten_outliers(ratios):
+            print(f"  off the runs' median x{off}: {spec}: {key}")
+        return 0
+    if len(args.specs) != 2:
+        p.error("compare two runs (A.json:CASE B.json:CASE), or give --aten")
+    vs = compare_decisions(_rank0_decisions(args.specs[0]), _rank0_decisions(args.specs[1]))
     print(f"{vs['same']} of {vs['compared']} decisions alike (only in a: {vs['only_a']}, only in b: {vs['only_b']}); "
           f"decided differently, by gap: {vs['by_gap']}")
     for d in sorted(vs["differing"], key=lambda d: -1 if d["gap"] is None else d["gap"]):

@@ -1,6 +1,7 @@
 """Does a busy CPU change what max-autotune picks? GPU timings of the GPT-2 step's GEMMs, quiet and busy.
 
     python benchmarks/timing_noise.py [--rounds 5] [--busy N] [--out DIR --label NAME]
+        [--gpu-states --gap S] [--gil N] [--loads N]
 
 Under max-autotune the farm's driver times the ATen choices (and confirms the fastest templates)
 while the node's compile workers and their ``ptxas`` children keep every CPU busy; stock times a
@@ -23,6 +24,18 @@ template timings, and confirms the fastest templates; stock times all of them ba
 - ``after-idle``: each GEMM timed after the GPU idled ``--gap`` seconds (the driver lowering);
 - ``after-busy``: each GEMM timed right after ``--gap`` seconds of large GEMMs on the GPU (the
   actor timing candidates).
+
+With ``--gil N``, one more, for where the farm's driver times ATen: ``gil-busy``, each GEMM timed
+while N threads of this process run Python (as the driver's I/O threads do while they pickle, hash
+and send candidates). The benchmarker's loop launches each repeat from Python between two CUDA
+events; a launch that waits for the GIL leaves the GPU idle between them, and that idle time is
+timed. The farm times ATen in its busy driver and the templates on a quiet GPU actor, so the row
+``aten gil-busy / triton quiet`` is the ratio such a decision would see.
+
+With ``--loads N``, ``loading``: each GEMM timed while N threads of this process load a compiled
+Triton kernel's binary into the CUDA context again and again, as the farm's background precompiles
+of other decisions load theirs while its driver times ATen; ``aten loading / triton quiet`` is
+that decision's ratio.
 
 The table gives each timing's median over rounds and its ratio to ``quiet``; ``aten/triton`` is
 the ratio that decides a pick. A ratio that moves with the condition is a pick that moves with it.
@@ -80,7 +93,8 @@ def triton_mm():
         M, K = x.shape
         N = y.shape[1]
         grid = (triton.cdiv(M, 128) * triton.cdiv(N, 128),)
-        kernel[grid](x, y, out, M, N, K, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=4)
+        run.compiled = kernel[grid](x, y, out, M, N, K, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
+                                    num_stages=3, num_warps=4)  # Triton's CompiledKernel (--loads)
     return run
 
 
@@ -126,6 +140,57 @@ def gpu_states(gap_s: float) -> dict:
     return {"after-idle": idle, "after-busy": busy}
 
 
+class PythonThreads:
+    """``n`` threads of this process running Python bytecode while inside (no I/O, no C call that
+    lets the GIL go): what the farm driver's I/O threads do to its main thread's launches."""
+
+    def __init__(self, n: int) -> None:
+        import threading
+
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._spin, daemon=True) for _ in range(n)]
+        self.loops = 0
+
+    def _spin(self) -> None:
+        count = 0
+        while not self.stop.is_set():
+            for _ in range(10_000):
+                count += 1
+        self.loops += count
+
+    def __enter__(self) -> PythonThreads:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=10)
+
+
+class ModuleLoads(PythonThreads):
+    """``n`` threads of this process loading a compiled Triton kernel's binary into the CUDA context
+    again and again while inside (``load_binary``, what a kernel's first launch or Inductor's
+    precompile of a candidate does): the farm's background precompiles of other decisions while
+    its driver times ATen. ``compiled`` is a Triton ``CompiledKernel``."""
+
+    def __init__(self, n: int, compiled: object) -> None:
+        super().__init__(n)
+        from triton.runtime import driver
+
+        self.load = driver.active.utils.load_binary  # (name, binary, shared memory, device)
+        self.device = driver.active.get_current_device()
+        self.compiled = compiled
+
+    def _spin(self) -> None:
+        c, count = self.compiled, 0
+        while not self.stop.wait(0.005):  # ~200 loads a second a thread: each one stays loaded (Triton
+            self.load(c.name, c.kernel, c.metadata.shared, self.device)  # unloads none), so not unbounded
+            count += 1
+        self.loops += count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
@@ -134,6 +199,10 @@ def main() -> None:
     parser.add_argument("--label", default="timing_noise")
     parser.add_argument("--gpu-states", action="store_true", help="also time after an idle and after a busy GPU")
     parser.add_argument("--gap", type=float, default=2.0, help="seconds of idle or busy GPU before each timing")
+    parser.add_argument("--gil", type=int, default=0, metavar="N",
+                        help="also time while N threads of this process run Python (gil-busy)")
+    parser.add_argument("--loads", type=int, default=0, metavar="N",
+                        help="also time while N threads of this process load a Triton binary again and again")
     args = parser.parse_args()
     import torch
     from torch._inductor.runtime.benchmarking import benchmarker
@@ -145,12 +214,28 @@ def main() -> None:
     conditions: dict[str, int | None] = {"quiet": None, "busy": 0, "busy-nice": 10}
     states = gpu_states(args.gap) if args.gpu_states else {}
     conditions.update(dict.fromkeys(states))
+    if args.gil:
+        conditions["gil-busy"] = None
+    if args.loads and not hasattr(getattr(run_triton, "compiled", None), "kernel"):
+        print("timing_noise: --loads needs the CompiledKernel a Triton launch returns; this Triton's "
+              "launch returned none: no loading condition")
+    elif args.loads:
+        conditions["loading"] = None
+    loads: dict[str, int] = {}
     rows: dict[str, dict[str, list[float]]] = {c: {} for c in conditions}
     for _ in range(args.rounds):
         for cond, nice in conditions.items():
             if cond in states:  # the CPU quiet; the GPU idle or busy just before each timing
                 for key, us in time_all(benchmarker.benchmark_gpu, run_triton, states[cond]).items():
                     rows[cond].setdefault(key, []).append(us)
+                continue
+            if cond in ("gil-busy", "loading"):  # the CPU otherwise quiet; this process's other threads busy
+                threads = (PythonThreads(args.gil) if cond == "gil-busy"
+                           else ModuleLoads(args.loads, run_triton.compiled))
+                with threads:
+                    for key, us in time_all(benchmarker.benchmark_gpu, run_triton).items():
+                        rows[cond].setdefault(key, []).append(us)
+                loads[cond] = loads.get(cond, 0) + threads.loops
                 continue
             spinners = [] if nice is None else [subprocess.Popen([sys.executable, "-c", SPIN, str(nice)])
                                                 for _ in range(args.busy)]
@@ -174,6 +259,12 @@ def main() -> None:
             print(f"{name:8s} {way:7s} " + " ".join(f"{s:>18s}" for s in cells))
         ratios = [med[c][f"{name} aten"] / med[c][f"{name} triton"] for c in conditions]
         print(f"{name:8s} {'a/t':7s} " + " ".join(f"{r:18.3f}" for r in ratios))
+        for cond in ("gil-busy", "loading"):  # the farm's view: ATen timed in a busy driver, the template
+            if cond in med:                    # on a quiet actor
+                label = f"a({cond})/t"
+                print(f"{name:8s} {label:17s}{med[cond][f'{name} aten'] / med['quiet'][f'{name} triton']:8.3f}")
+    if loads:
+        print("loops of the other threads: " + ", ".join(f"{c} {n}" for c, n in loads.items()))
     if args.out:
         path = os.path.join(args.out, f"timing_noise_{args.label}.json")
         with open(path, "w") as f:

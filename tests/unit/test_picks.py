@@ -5,6 +5,7 @@ processes' picks compare call site for call site whichever way each decided."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import pathlib
 
 PICKS = pathlib.Path(__file__).parents[2] / "benchmarks" / "picks.py"
@@ -97,3 +98,24 @@ def test_decisions_decided_differently_are_sized_by_each_process_own_timings() -
     # a pick the other process did not list at all (beyond its displayed choices) is not a near-tie
     c = picks.decisions_of(_table("mm", [("triton_mm_1", 0.0150, "BLOCK_M=32"), ("mm", 0.0200, "")]))
     assert picks.compare_decisions(a, c)["by_gap"][">=10% or unlisted"] == 1
+
+
+def test_aten_over_the_templates_median_singles_out_a_process_whose_aten_timing_was_inflated() -> None:
+    """Each decision's fastest ATen choice over its templates' median does not depend on the pick;
+    a process whose ATen timing alone doubled stands out against three others, which do not."""
+    picks = _picks()
+    templates = [("triton_mm_1", 0.0200, "BLOCK_M=64"), ("triton_mm_2", 0.0300, "BLOCK_M=128"),
+                 ("triton_mm_3", 0.0400, "BLOCK_M=32"), ("triton_mm_4", math.inf, "BLOCK_M=256")]  # failed: left out
+
+    def run(aten_ms: float) -> dict[str, float]:
+        rows = sorted([*templates, ("mm", aten_ms, ""), ("bias_addmm", aten_ms * 1.5, "")], key=lambda r: r[1])
+        return picks.aten_against_templates(picks.decisions_of(_table("mm", rows)))
+
+    quiet = run(0.0180)
+    (key,) = quiet
+    assert abs(quiet[key] - 0.0180 / 0.0300) < 0.002, quiet  # mm, the faster ATen choice, over the median
+    runs = {"a": quiet, "b": run(0.0183), "c": run(0.0178), "inflated": run(0.0360)}
+    assert runs["inflated"][key] > 1.0  # ATen now looks slower than the median template
+    ((name, decision, off),) = picks.aten_outliers(runs)
+    assert (name, decision) == ("inflated", key) and abs(off - 2.0) < 0.05
+    assert picks.aten_outliers({"a": quiet, "inflated": runs["inflated"]}) == []  # two runs have no median
