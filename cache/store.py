@@ -267,10 +267,14 @@ class FileTier:
                 out.append((mtime, size, key))
         return out
 
-    def manifests(self) -> Iterator[tuple[str, bytes]]:
+    def manifests(self, after: str | None = None, count: int | None = None) -> Iterator[tuple[str, bytes]]:
         """(key, manifest bytes) of every entry, unverified (``raycompile explain`` reads their
-        key parts; nothing is unpickled)."""
-        for _, _, key in self.entries():
+        key parts; nothing is unpickled). With ``after`` or ``count``, a page: the first ``count``
+        entries whose keys sort after ``after``, in key order."""
+        keys = [key for _, _, key in self.entries()]
+        if after is not None or count is not None:
+            keys = sorted(key for key in keys if key > (after or ""))[:count]
+        for key in keys:
             try:
                 with open(os.path.join(self._dir(key), "manifest.json"), "rb") as f:
                     yield key, f.read()

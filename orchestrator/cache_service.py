@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from ..cache.inflight import LeaseBoard, Leases
@@ -58,6 +59,11 @@ class CacheService:
         entries = self.tier.entries()
         return {"root": self.tier.root, "entries": len(entries), "bytes": sum(s for _, s, _ in entries)}
 
+    def manifests_page(self, after: str, count: int) -> list[tuple[str, bytes]]:
+        """(key, manifest bytes) of up to ``count`` entries whose keys sort after ``after``, in key
+        order, unverified (``raycompile explain`` reads their key parts; nothing is unpickled)."""
+        return list(self.tier.manifests(after, count))
+
 
 class RayHeadTier:
     """Client of the head-node cache service. Any Ray failure is a ``Miss("unavailable")``: the
@@ -81,6 +87,25 @@ class RayHeadTier:
                 name=SERVICE_NAME, namespace=namespace, lifetime="detached", get_if_exists=True,
                 num_cpus=0, resources={"node:__internal_head__": 0.001}, max_restarts=-1, max_task_retries=2,
             ).remote(root)
+
+    @classmethod
+    def existing(cls, secret: bytes, namespace: str = "raycompile", timeout_s: float = 30.0) -> RayHeadTier:
+        """The service a session of this cluster started, looked up, never started: what
+        ``raycompile cache explain --shared ray://head`` reads. Raises TierUnavailable where no
+        session has used the tier on this cluster (or Ray cannot answer)."""
+        import ray
+
+        tier = cls.__new__(cls)
+        tier._ray, tier.secret, tier.timeout_s, tier._warned = ray, secret, timeout_s, False
+        try:
+            with raycalls.calls(raycalls.address(), "finding the head-node cache service"):
+                tier.actor = ray.get_actor(SERVICE_NAME, namespace=namespace)
+        except ValueError:  # Ray's answer for a name it does not know
+            raise TierUnavailable(f"no head-node cache service in namespace {namespace!r} of this Ray cluster: "
+                                  "no session has used the ray://head tier here") from None
+        except FarmUnavailableError as e:
+            raise TierUnavailable(str(e)) from None
+        return tier
 
     def _unavailable(self, e: BaseException) -> Miss:
         if raycalls.is_bug(e):  # the service's own code raised: said loudly, with its traceback
@@ -143,6 +168,28 @@ class RayHeadTier:
             return self._call("usage")
         except self._failures() as e:
             raise TierUnavailable(str(e)) from None
+
+    def ping(self) -> None:
+        """Raises TierUnavailable when the service does not answer."""
+        try:
+            self._call("manifests_page", "", 0)
+        except self._failures() as e:
+            raise TierUnavailable(str(e)) from None
+
+    def manifests(self, page: int = 500) -> Iterator[tuple[str, bytes]]:
+        """(key, manifest bytes) of every entry, unverified, ``page`` entries a call; where the
+        service stops answering, what was read so far (warned once), as the Redis tier does."""
+        after = ""
+        while True:
+            try:
+                got = self._call("manifests_page", after, page)
+            except self._failures() as e:
+                self._unavailable(e)
+                return
+            yield from got
+            if len(got) < page:
+                return
+            after = got[-1][0]
 
     def drop(self, key: str) -> None:
         """Remove ``key``'s entry (a flight's frames in flight), not waited for."""

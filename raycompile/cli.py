@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", action="store_true", help="print the explanations as JSON")
     ex.add_argument("--dir", help="the local tier (default: RAYCOMPILE_CACHE_DIR or ~/.cache/raycompile)")
     ex.add_argument("--shared", metavar="URL",
-                    help="set the misses against this shared tier: file:///path or redis://host:port/db")
+                    help="set the misses against this shared tier: file:///path, redis://host:port/db or ray://head")
     return p
 
 

@@ -58,6 +58,7 @@ sessions evict least recently used entries beyond it; {ENV_CAP} wins when set.
     "explain": """examples:
   raycompile cache explain --shared file:///mnt/nfs/raycompile   # why the last session here missed
   raycompile cache explain --shared redis://cache-host:6379/0    # the same against a Redis tier
+  raycompile cache explain --shared ray://head   # the head node's tier (joins the cluster, as sessions do)
   raycompile cache explain --json         # against the local tier, for machines
 each kernel the last session in this cache dir compiled, and each function it traced, with the part
 of its key that differs from the nearest entry of the tier: torch, triton or CUDA version, the GPU,
@@ -99,7 +100,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         if name not in ("zero-stats", "set-max-size"):  # counters and the cap live in the local dir
             parser.add_argument("--shared", metavar="URL",
                                 help="act on this file:///path shared tier instead of the local one"
-                                + (" (explain: or redis://host:port/db)" if name == "explain" else ""))
+                                + (" (explain: or redis://host:port/db, or ray://head)" if name == "explain" else ""))
 
 
 def _size(text: str) -> int:
@@ -323,10 +324,12 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _explained_tier(args: argparse.Namespace) -> Any:
-    """The tier ``explain`` reads manifests from: ``_tier``'s, or a ``redis://`` one (read only:
-    explain unpickles nothing). Raises SettingsError when that Redis does not answer: an
-    unreachable server must not look like an empty tier."""
+    """The tier ``explain`` reads manifests from: ``_tier``'s, a ``redis://`` one, or the cluster's
+    ``ray://head`` (read only: explain unpickles nothing). Raises SettingsError when that Redis or
+    the head's service does not answer: an unreachable tier must not look like an empty one."""
     shared = getattr(args, "shared", None) or ""
+    if shared == "ray://head":
+        return _head_tier(shared)
     if not shared.startswith(("redis://", "rediss://")):
         return _tier(args)
     from .cache.store import TierUnavailable
@@ -337,6 +340,29 @@ def _explained_tier(args: argparse.Namespace) -> Any:
     except TierUnavailable as e:
         raise SettingsError(f"--shared {shared!r}: {e}; start it, or check the address (the one the "
                             "sessions' RAYCOMPILE_SHARED_CACHE names)") from e
+    return tier
+
+
+def _head_tier(shared: str) -> Any:
+    """The head node's tier of the Ray cluster the sessions here join (RAY_ADDRESS, or Ray's
+    current-cluster file, as ``ray.init()`` finds it), joined as they join it; its service is
+    looked up, never started. Raises SettingsError without a cluster, or without the service."""
+    from .cache.store import TierUnavailable
+    from .errors import FarmUnavailableError
+    from .orchestrator.cache_service import RayHeadTier
+    from .orchestrator.connect import connect, resolve
+
+    settings = Settings.resolve()
+    try:
+        target = resolve(settings)
+        if not target.joins:
+            raise SettingsError(f"--shared {shared}: no Ray cluster runs here (no RAY_ADDRESS, no current-cluster "
+                                "file); run this on a node of the cluster, or set RAY_ADDRESS to its head")
+        connect(settings, target)
+        tier = RayHeadTier.existing(b"", namespace=settings.namespace)  # read only, as above
+        tier.ping()
+    except (FarmUnavailableError, TierUnavailable) as e:
+        raise SettingsError(f"--shared {shared}: {e}") from e
     return tier
 
 

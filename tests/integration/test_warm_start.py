@@ -6,8 +6,10 @@ recompiled, never loaded."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -86,7 +88,8 @@ def shared(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
     return request.getfixturevalue("redis_url").replace("/0", f"/{abs(hash(str(tmp_path))) % 15 + 1}")
 
 
-def test_a_new_process_on_another_node_warm_starts(two_nodes: str, shared: str, tmp_path: pathlib.Path) -> None:
+def test_a_new_process_on_another_node_warm_starts(two_nodes: str, shared: str, tmp_path: pathlib.Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
     a_stats, a_out = compile_model(str(tmp_path / "local-a"), shared)
     assert a_stats["jobs"] > 0 and a_stats["bytes_written"] > 0
     b_stats, b_out = on_other_node(two_nodes, str(tmp_path / "local-b"), shared)
@@ -97,6 +100,26 @@ def test_a_new_process_on_another_node_warm_starts(two_nodes: str, shared: str, 
     assert b_stats["dynamo_hits"] >= 1 and b_stats["dynamo_frames_traced"] == 0, b_stats
     assert b_stats["refused"] == 0
     assert torch.equal(a_out, b_out)
+    if shared == "auto":  # the head's tier explained: in this process, and by the CLI (joining this cluster)
+        explained_head_tier(tmp_path / "local-a", capsys)
+
+
+def explained_head_tier(cache_dir: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A's misses (its cold lookups, kept in its cache dir) set against the ``ray://head`` tier's
+    entries, with the cluster's secret recognized as their signer: by ``raycompile.explain()`` for
+    the last session here, and by `raycompile cache explain --shared ray://head`."""
+    from raycompile import cli
+
+    with open(cache_dir / "misses.json") as f:
+        missed = len(json.load(f))
+    lines = raycompile.explain()
+    assert len(lines) == missed > 0 and not any("instead of" in line for line in lines), lines
+    capsys.readouterr()
+    assert cli.main(["cache", "explain", "--shared", "ray://head", "--dir", str(cache_dir)]) == 0
+    out = capsys.readouterr().out
+    header = re.match(r"(\d+) lookups of the last session missed; set against (\d+) entries of ray://head:", out)
+    assert header and int(header[1]) == missed and int(header[2]) >= 1, out
+    assert "instead of" not in out, out  # every entry's signer is the cluster's secret, found as such
 
 
 @pytest.mark.extended  # left out of CI's run (docs/testing.md): test_frames.py::test_a_changed_entry_is_never_loaded
