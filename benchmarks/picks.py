@@ -44,6 +44,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import threading
 import time
@@ -160,12 +161,9 @@ def aten_against_templates(tables: dict[str, dict[str, float]]) -> dict[str, flo
     out: dict[str, float] = {}
     for key, table in tables.items():
         aten = [v for name, v in table.items() if "=" not in name]
-        templates = sorted(v for name, v in table.items()
-                           if name.startswith("triton_") and "=" in name and math.isfinite(v))
+        templates = [v for name, v in table.items() if name.startswith("triton_") and "=" in name and math.isfinite(v)]
         if aten and templates:
-            mid = len(templates) // 2
-            median = templates[mid] if len(templates) % 2 else (templates[mid - 1] + templates[mid]) / 2
-            out[key] = min(aten) / median
+            out[key] = min(aten) / statistics.median(templates)
     return out
 
 
@@ -178,9 +176,7 @@ def aten_outliers(processes: dict[str, dict[str, float]], factor: float = 1.25) 
         values = {name: p[key] for name, p in processes.items() if key in p}
         if len(values) < 3:
             continue
-        ordered = sorted(values.values())
-        mid = len(ordered) // 2
-        median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        median = statistics.median(values.values())
         for name, v in values.items():
             if v >= median * factor or v <= median / factor:
                 found.append((name, key, round(v / median, 3)))

@@ -77,11 +77,16 @@ class RayHeadTier:
     name = "shared"
 
     def __init__(self, secret: bytes, root: str = "~/.cache/raycompile-head", namespace: str = "raycompile",
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, actor: Any = None) -> None:
+        """``actor``: the service, looked up already (``existing``); else started here, or the
+        cluster's taken where one runs."""
         import ray
 
         self._ray, self.secret, self.timeout_s = ray, secret, timeout_s
         self._warned = False
+        if actor is not None:
+            self.actor = actor
+            return
         with raycalls.calls(raycalls.address(), "starting the head-node cache service"):
             self.actor = ray.remote(CacheService).options(
                 name=SERVICE_NAME, namespace=namespace, lifetime="detached", get_if_exists=True,
@@ -95,17 +100,15 @@ class RayHeadTier:
         session has used the tier on this cluster (or Ray cannot answer)."""
         import ray
 
-        tier = cls.__new__(cls)
-        tier._ray, tier.secret, tier.timeout_s, tier._warned = ray, secret, timeout_s, False
         try:
             with raycalls.calls(raycalls.address(), "finding the head-node cache service"):
-                tier.actor = ray.get_actor(SERVICE_NAME, namespace=namespace)
+                actor = ray.get_actor(SERVICE_NAME, namespace=namespace)
         except ValueError:  # Ray's answer for a name it does not know
             raise TierUnavailable(f"no head-node cache service in namespace {namespace!r} of this Ray cluster: "
                                   "no session has used the ray://head tier here") from None
         except FarmUnavailableError as e:
             raise TierUnavailable(str(e)) from None
-        return tier
+        return cls(secret, namespace=namespace, timeout_s=timeout_s, actor=actor)
 
     def _unavailable(self, e: BaseException) -> Miss:
         if raycalls.is_bug(e):  # the service's own code raised: said loudly, with its traceback

@@ -136,11 +136,13 @@ def main(argv: list[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(args.address, args.num_cpus)
-        if args.command in ("cache", "explain"):
+        if args.command == "explain" or (args.command == "cache" and args.cache_command == "explain"):
+            from .cli_explain import explain_misses
+
+            return explain_misses(args)
+        if args.command == "cache":
             from .cli_cache import run
 
-            if args.command == "explain":
-                args.cache_command = "explain"
             return run(args)
         if args.command in ("precompile", "status"):
             from .cli_cluster import run_precompile, run_status
