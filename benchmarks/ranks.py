@@ -57,6 +57,7 @@ built, first output; seconds from the common start) show where a slow rank lost 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -97,6 +98,28 @@ def rank(model: str, case: str, mode: str | None) -> None:
 
         logging.getLogger("raycompile.frames").addHandler(Said(logging.INFO))
         logging.getLogger("raycompile.frames").setLevel(logging.INFO)
+
+        class Contenders(logging.Handler):  # the threads that ran Python through a timing of this process's
+            def __init__(self) -> None:
+                super().__init__(logging.DEBUG)
+                self.names: collections.Counter[str] = collections.Counter()
+                self.again: collections.Counter[str] = collections.Counter()
+                self.ms: list[tuple[float, float]] = []  # (first, taken again) of each timing taken again
+
+            def emit(self, record: logging.LogRecord) -> None:
+                def kind(name: str) -> str:  # raycompile-io_3 -> raycompile-io
+                    return name.rsplit("_", 1)[0] if name.rsplit("_", 1)[-1].isdigit() else name
+
+                self.names.update(kind(n) for n in getattr(record, "contenders", ()))
+                self.again.update(kind(n) for n in getattr(record, "again", ()))
+                if getattr(record, "ms", None):
+                    self.ms.append(record.ms)
+
+        contenders = Contenders()
+        quiet_log = logging.getLogger("raycompile.autotune.quiet")
+        quiet_log.addHandler(contenders)
+        quiet_log.setLevel(logging.DEBUG)
+        quiet_log.propagate = False
         if os.environ.get("RANKS_LOG"):  # a diagnosis: each rank's raycompile log, at debug level
             handler = logging.FileHandler(f"{os.environ['RANKS_LOG']}.rank{os.environ['RANK']}")
             handler.setFormatter(logging.Formatter("%(relativeCreated)8.0f %(threadName)s %(name)s: %(message)s"))
@@ -169,6 +192,13 @@ def rank(model: str, case: str, mode: str | None) -> None:
                                  s.get("coordesc_at_load", 0), s.get("coordesc_speculated", 0),
                                  s.get("coordesc_speculated_used", 0)],
                     "configs_spread": s.get("configs_spread", 0),
+                    # this process's own GPU timings: all, another thread ran Python through (contended),
+                    # taken again, contended again; and the threads that did (raycompile/observe/quiet.py)
+                    "driver_timings": [s.get("driver_timings", 0), s.get("driver_timings_contended", 0),
+                                       s.get("driver_timings_retaken", 0), s.get("driver_timings_contended_again", 0)],
+                    "contenders": dict(contenders.names.most_common(20)),
+                    "contenders_again": dict(contenders.again.most_common(20)),
+                    "retaken_ms": [[round(a, 5), round(b, 5)] for a, b in contenders.ms],
                     "decisions": {how: s[f"autotune_decisions_{how}"] for how in ("timed", "shared", "adopted")}})
     elif case.startswith("stock-dist"):
         import torch.distributed as dist

@@ -15,13 +15,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import FarmUnavailableError, VersionMismatchError
 from ..kernels import Failed, Job, Result, Toolchain, Versions
 from ..observe.progress import Progress
+from ..observe.quiet import QUIET, GatedThreadPool
 from ..observe.stats import Stats
 from ..settings import Settings
 from . import raycalls
@@ -77,7 +78,7 @@ class Farm:
         self.alive = False
         self._where = settings.address or "the embedded local Ray"  # for messages
         self._warm_refs: list[Any] = []
-        self._results = ThreadPoolExecutor(RESULT_THREADS, thread_name_prefix=RESULT_THREAD_NAME)
+        self._results = GatedThreadPool(RESULT_THREADS, thread_name_prefix=RESULT_THREAD_NAME)
         self._connect()
         self._where = raycalls.address()
         try:
@@ -259,6 +260,7 @@ class Farm:
                     self._pending.clear()
                     break
                 refs = list(self._pending)
+            QUIET.checkpoint()  # none of this while this process times a kernel on its GPU
             try:
                 raycalls.require(self._where)  # ray.wait would start a new local Ray
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0.05, fetch_local=True)

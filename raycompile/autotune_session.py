@@ -63,7 +63,8 @@ class AutotuneSession:
         if self.group is not None:
             self.hooks = AutotuneHooks(self._runner(wall=True), cache, self.winners, stats,
                                        background=self._runner(wall=False), hold=self._hold,
-                                       configs=settings.autotune_configs, registry=registry)
+                                       configs=settings.autotune_configs, registry=registry,
+                                       quiet=settings.quiet_timings)
             self.hooks.install(compile_seams)
         # max-autotune's decisions (GPU or CPU) shared through the cache: every process picks the same
         self.decisions = SharedDecisions(DecisionStore(cache, submit=submit), stats, (self.group, local_cpu()))

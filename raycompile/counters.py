@@ -279,6 +279,29 @@ COUNTERS: tuple[Counter, ...] = (
         metric=("raycompile_benchmarks_verified_total", {}, "Apparent fastest candidates timed again in this process"),
     ),
     Counter(
+        "driver_timings",
+        "autotuning on GPU actors",
+        "GPU timings this process took itself (ATen choices, candidates confirmed here, a kernel's configs, "
+        "coordinate descent), each with the GPU actors on its GPU held and raycompile's threads parked",
+    ),
+    Counter(
+        "driver_timings_contended",
+        "autotuning on GPU actors",
+        "of those, timings during which another thread of this process ran Python (its launches may have "
+        "waited for the GIL)",
+    ),
+    Counter(
+        "driver_timings_retaken",
+        "autotuning on GPU actors",
+        "contended timings taken again once raycompile's threads had parked, the smaller kept (quiet_timings)",
+    ),
+    Counter(
+        "driver_timings_contended_again",
+        "autotuning on GPU actors",
+        "of those taken again, ones another thread ran Python through again (a thread not raycompile's, or "
+        "one mid-task)",
+    ),
+    Counter(
         "coordesc_prefetched",
         "autotuning on GPU actors",
         "coordinate descent's candidates compiled at once, ahead of their timing",

@@ -29,6 +29,7 @@ from .cache.usage import Usage
 from .errors import FarmUnavailableError, RaycompileError
 from .observe.progress import Progress
 from .observe.progress import wanted as progress_wanted
+from .observe.quiet import GatedThreadPool
 from .observe.stats import JobRecord, Stats
 from .orchestrator.connect import Target, resolve
 from .orchestrator.metrics import MetricsExporter
@@ -62,7 +63,7 @@ class Session:
         wanted = progress_wanted(settings.progress)
         self.progress = Progress(force_terminal=settings.progress is True) if wanted else None
         self.user_key = load_secret()
-        self.io = concurrent.futures.ThreadPoolExecutor(IO_THREADS, thread_name_prefix="raycompile-io")
+        self.io = GatedThreadPool(IO_THREADS, thread_name_prefix="raycompile-io")
         target: Target | None = None
         unreachable: FarmUnavailableError | None = None
         try:

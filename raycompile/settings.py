@@ -138,6 +138,12 @@ class Settings:
     # run, as stock does, and caches the winner for every other node; "actors" times them on the
     # GPU actors in parallel (only worth it for kernels with many large configs)
     autotune_configs: AutotuneConfigs = _in("autotune", "local")
+    # while this process times a kernel on its GPU (max-autotune's ATen choices, the candidates
+    # confirmed here, a kernel's configs at its first run), raycompile's threads in it hold still,
+    # and a timing that another thread ran Python through is taken again: a launch that waits for
+    # the GIL is timed as GPU time (raycompile/observe/quiet.py). False: neither (the contended
+    # timings still counted: a diagnosis)
+    quiet_timings: bool = _in("autotune", True)
     profile_gpu_workers: bool = _in("autotune", False)  # each GPU actor runs its jobs under cProfile (a diagnosis)
 
     # -- watching it ------------------------------------------------------------------------------

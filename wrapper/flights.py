@@ -37,6 +37,7 @@ from typing import Any
 
 from ..cache import chunked
 from ..cache.inflight import OWNER, Claims, FlightClaim
+from ..observe.quiet import QUIET
 from ..observe.stats import Stats
 from . import compat
 
@@ -227,6 +228,7 @@ class Flights:
             if self._wake.wait(WATCH_S):
                 self._wake.clear()
                 time.sleep(COALESCE_S)  # the frames traced right after go into the same publish
+            QUIET.checkpoint()  # none of this while this process times a kernel on its GPU
             with self._lock:
                 owned = list(self._owned.items())
             if not owned:

@@ -29,6 +29,7 @@ from ..errors import CompileError
 from ..kernels import Built, Failed, Job, Result, TritonJob, Versions, run_job
 from ..kernels.priority import AtPriority
 from ..kernels.triton_compile import run_triton_job
+from ..observe.quiet import GatedThreadPool
 from ..observe.stats import Stats
 from . import compat
 from .job_keys import cpp_job_for, local_paths, to_entry, triton_job_for
@@ -141,7 +142,7 @@ class Router:
         self._in_process = threading.BoundedSemaphore(self.IN_PROCESS)
         self._lock = threading.Lock()
         self._own_io = io is None  # else the session's, which it shuts down
-        self._io = io or concurrent.futures.ThreadPoolExecutor(self.IO_THREADS, thread_name_prefix="raycompile-io")
+        self._io = io or GatedThreadPool(self.IO_THREADS, thread_name_prefix="raycompile-io")
         # called for each Triton job sent to the farm: the autotune session starts its GPU actors
         self.on_triton_job: Callable[[], None] | None = None
 

@@ -396,12 +396,14 @@ def _source_of(kernel: object) -> str:
 
 def test_every_timing_in_the_driver_holds_the_actors_on_its_gpu() -> None:
     """``driver_timing_held``: Inductor's one entry to timing a kernel (``benchmark_gpu``) runs
-    inside the hold, also when it raises (no GPU here); stock is restored exactly after."""
+    inside the hold (the farm's ``QuietTimer``), also when it raises (no GPU here); stock is
+    restored exactly after."""
     import contextlib
 
     from torch._inductor.runtime.benchmarking import benchmarker
 
     from raycompile.wrapper.compat.autotune import driver_timing_held
+    from raycompile.wrapper.gpu_autotune import QuietTimer
 
     events: list[str] = []
 
@@ -414,7 +416,7 @@ def test_every_timing_in_the_driver_holds_the_actors_on_its_gpu() -> None:
             events.append("released")
 
     assert "benchmark_gpu" not in vars(benchmarker)
-    with driver_timing_held(hold):
+    with driver_timing_held(QuietTimer(hold)):
         with contextlib.suppress(Exception):  # this machine has no CUDA: stock raises, inside the hold
             benchmarker.benchmark_gpu(lambda: None)
     assert events == ["held", "released"] and "benchmark_gpu" not in vars(benchmarker)

@@ -1,6 +1,6 @@
 """The layer order the README states, checked on the installed package's import graph:
 
-    base (errors, settings, sizes, counters, _version, observe/: stats, progress, report)
+    base (errors, settings, sizes, counters, _version, observe/: stats, progress, report, quiet)
         <- cache <- kernels <- {wrapper, orchestrator} <- facade
 
 A module may import its own component and the layers below it; ``wrapper`` and ``orchestrator``
@@ -23,7 +23,8 @@ import pytest
 PACKAGE = "raycompile"
 BASE = {"raycompile.errors", "raycompile.settings", "raycompile.sizes", "raycompile._version", "raycompile.counters",
         # the counters, the progress bar and the reports: every layer may count and report
-        "raycompile.observe", "raycompile.observe.stats", "raycompile.observe.progress", "raycompile.observe.report"}
+        "raycompile.observe", "raycompile.observe.stats", "raycompile.observe.progress", "raycompile.observe.report",
+        "raycompile.observe.quiet"}
 COMPONENTS = {"raycompile.cache": 1, "raycompile.kernels": 2, "raycompile.wrapper": 3, "raycompile.orchestrator": 3}
 ADAPTER = "raycompile.wrapper.compat"
 FACADE_LAYER = 4

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
+from ...observe.quiet import GatedThreadPool
 from ._base import Seams
 from .autotuner import _kernel_loaded, autotuner_source, coordesc_eligible, descends_from_one, kernel_configs
 
@@ -225,8 +226,7 @@ class AtLoad:
 
     def __init__(self, threads: int, counted: Callable[[int], None],
                  speculated: Callable[[int], None] | None = None) -> None:
-        self.pool = concurrent.futures.ThreadPoolExecutor(max(1, threads),
-                                                          thread_name_prefix="raycompile-coordesc-load")
+        self.pool = GatedThreadPool(max(1, threads), thread_name_prefix="raycompile-coordesc-load")
         self.counted = counted
         self.speculated = speculated or (lambda n: None)
         self._lock = threading.Lock()
@@ -402,7 +402,7 @@ def coordesc_prefetched(workers: int, counted: Callable[[int], None], processes:
 
     stock = CachingAutotuner.__dict__["coordinate_descent_tuning"]
     stock_compare = CoordescTuner.__dict__["compare_config"]
-    pool = concurrent.futures.ThreadPoolExecutor(max(1, workers), thread_name_prefix="raycompile-coordesc")
+    pool = GatedThreadPool(max(1, workers), thread_name_prefix="raycompile-coordesc")
     # at most half of the node's CPUs (8 of 16) compile ahead of need: the other half stays free for
     # what a tuning needs now (its own sweep, sent by the prefetch threads) and for the timings
     early = AtLoad(max(1, min(workers, (os.cpu_count() or 2) // 2)), at_load or (lambda n: None), speculated)

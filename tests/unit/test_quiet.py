@@ -1,0 +1,157 @@
+"""Quiet timings (``raycompile/observe/quiet.py``, ``QuietTimer`` in ``wrapper/gpu_autotune.py``):
+while the driver times a kernel, raycompile's threads park at their checkpoints, and a timing that
+another thread ran Python through is taken again once they have parked.
+
+This machine has no GPU, so the timing is a stand-in (named so): the wall time of a call that lets
+the GIL go as a launch does. The threads, the pools, the checkpoints and the frames read are real."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from raycompile.observe.quiet import QUIET, GatedThreadPool, Quiet, frames, ran_python
+from raycompile.observe.stats import Stats
+from raycompile.wrapper.gpu_autotune import QuietTimer
+
+
+def test_a_task_submitted_to_a_gated_pool_while_a_timing_is_held_starts_after_it() -> None:
+    pool = GatedThreadPool(2, thread_name_prefix="test-gated")
+    try:
+        parked = QUIET.parked
+        with QUIET.holding():
+            started = pool.submit(time.monotonic)
+            t_held = time.monotonic()
+            time.sleep(0.3)
+            assert not started.done()
+            released = time.monotonic()
+        assert started.result(timeout=10) >= released > t_held
+        assert QUIET.parked == parked + 1
+        assert pool.submit(lambda: 7).result(timeout=10) == 7  # not held: at once
+    finally:
+        pool.shutdown(wait=True)
+
+
+def test_the_timing_thread_and_nested_holds_pass_their_own_checkpoints() -> None:
+    quiet = Quiet()
+    with quiet.holding():
+        with quiet.holding():
+            quiet.checkpoint(timeout=5)  # its own: returns at once
+        assert quiet.held()
+    assert not quiet.held() and quiet.parked == 0
+
+
+def test_a_checkpoint_waits_no_longer_than_its_timeout() -> None:
+    quiet = Quiet()
+    out: list[float] = []
+    with quiet.holding():
+        t = threading.Thread(target=lambda: (t0 := time.monotonic(), quiet.checkpoint(timeout=0.2),
+                                             out.append(time.monotonic() - t0)))
+        t.start()
+        t.join(timeout=10)
+        assert out and 0.15 < out[0] < 5.0  # still held: it went on after its timeout, nothing hangs
+
+
+def test_frames_tell_a_thread_that_ran_python_from_one_that_waited() -> None:
+    import queue
+
+    q: queue.Queue[int | None] = queue.Queue()
+    waiting = threading.Event()
+
+    def loop() -> None:
+        while True:
+            waiting.set()
+            item = q.get()
+            if item is None:
+                return
+            sum(i * i for i in range(2000))
+
+    t = threading.Thread(target=loop, name="test-looper", daemon=True)
+    t.start()
+    try:
+        assert waiting.wait(10)
+        time.sleep(0.05)
+        before = frames()
+        time.sleep(0.05)
+        assert "test-looper" not in ran_python(before)  # blocked in get: the same frame
+        waiting.clear()
+        before = frames()
+        q.put(1)
+        assert waiting.wait(10)
+        time.sleep(0.05)
+        assert "test-looper" in ran_python(before)  # back in get, but in another call of it
+    finally:
+        q.put(None)
+        t.join(timeout=10)
+
+
+def test_a_timing_another_thread_ran_python_through_is_taken_again_with_that_thread_parked() -> None:
+    """A raycompile thread works in chunks of Python (as the I/O threads do: one kernel result, one
+    payload at a time), passing a checkpoint between chunks. The first timing starts while it is
+    mid-chunk; it is taken again once the thread has parked, and the smaller kept."""
+    stop = threading.Event()
+    chunks = [0]
+    in_chunk = threading.Event()
+
+    def worker() -> None:
+        while not stop.is_set():
+            QUIET.checkpoint()
+            in_chunk.set()
+            end = time.perf_counter() + 0.002
+            while time.perf_counter() < end:  # ~2 ms of Python
+                pass
+            chunks[0] += 1
+
+    seen: list[tuple[int, int]] = []
+
+    def stand_in_timing() -> float:
+        """A stand-in for a GPU timing (no GPU here): 20 ms in which the GIL is let go."""
+        start, t0 = chunks[0], time.perf_counter()
+        time.sleep(0.02)
+        seen.append((start, chunks[0]))
+        return (time.perf_counter() - t0) * 1000.0
+
+    pool = GatedThreadPool(1, thread_name_prefix="raycompile-test-io")
+    stats = Stats()
+    timer = QuietTimer(None, stats)
+    try:
+        pool.submit(worker)
+        assert in_chunk.wait(10)
+        result = timer(stand_in_timing)
+    finally:
+        stop.set()
+        pool.shutdown(wait=True)
+    snap = stats.snapshot()
+    assert snap["driver_timings"] == 1 and snap["driver_timings_contended"] == 1
+    assert snap["driver_timings_retaken"] == 1 and len(seen) == 2
+    first_start, first_end = seen[0]
+    again_start, again_end = seen[1]
+    assert again_start == again_end, "the worker ran during the timing taken again: it did not park"
+    assert snap["driver_timings_contended_again"] == 0
+    assert isinstance(result, float) and result > 0
+
+
+def test_without_quiet_timings_a_contended_timing_is_only_counted() -> None:
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(i for i in range(100))  # calls into Python each time: its frames move
+
+    t = threading.Thread(target=spin, name="test-spinner", daemon=True)
+    t.start()
+    calls = [0]
+
+    def stand_in_timing() -> float:  # a stand-in for a GPU timing (no GPU here)
+        calls[0] += 1
+        time.sleep(0.02)
+        return 1.0
+
+    stats = Stats()
+    try:
+        assert QuietTimer(None, stats, quiet=False)(stand_in_timing) == 1.0
+    finally:
+        stop.set()
+        t.join(timeout=10)
+    snap = stats.snapshot()
+    assert calls[0] == 1 and snap["driver_timings_contended"] == 1 and snap["driver_timings_retaken"] == 0
