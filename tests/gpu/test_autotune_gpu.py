@@ -64,6 +64,9 @@ def test_max_autotune_choices_benchmarked_on_gpu_actors(local_ray: None, tmp_pat
           f"{s['benchmark_seconds']:.1f} s on the actors, {s['benchmark_failures']} failed; "
           f"step {farm_ms:.4f} ms vs stock {stock_ms:.4f} ms ({farm_ms / stock_ms:.3f}x)")
     assert s["benchmarks"] >= 5 and s["gpus"] and s["fallbacks"] == 0
+    # the ATen choice and the confirmed templates were timed here, through the quiet timer
+    assert s["driver_timings"] >= s["benchmarks_verified"] + 1 > 1
+    assert s["driver_timings_retaken"] <= s["driver_timings_contended"] <= s["driver_timings"]
     assert close_enough(farm_ms, stock_ms)
 
 
