@@ -69,6 +69,7 @@ from .compat.autotune import (
     local_template_ms,
     prefetch_installed,
     stock_tuning_pool,
+    subproc_results_parked,
     template_request,
     tuning_pool_installed,
 )
@@ -471,6 +472,7 @@ class AutotuneHooks:
         self.winners = winners
         self.registry = registry  # the session's runtime.Winners: output modules stitch these winners in
         self.timer: Timed = QuietTimer(hold, stats, quiet)
+        self.quiet = quiet
         self._stack: contextlib.ExitStack | None = None
         self._compile_seams = False
         self._lock = threading.Lock()
@@ -499,6 +501,8 @@ class AutotuneHooks:
             self.pool._stock = stock_tuning_pool()  # stock's, captured before the seam replaces it
             self._stack.enter_context(tuning_pool_installed(self.pool))
             self._stack.enter_context(prefetch_installed(self.pool))
+            if self.quiet:  # the compile pool's results wait while this process times a kernel
+                self._stack.enter_context(subproc_results_parked(QUIET.checkpoint))
             self._compile_seams = True
 
     def uninstall(self) -> None:

@@ -12,7 +12,8 @@ the next decisions' background timings) run Python. So:
 
 - ``Quiet.holding()`` wraps each timing this process takes (``wrapper/gpu_autotune.py``): while it
   is held, a background thread of raycompile that reaches ``checkpoint()`` (each task of
-  raycompile's thread pools, ``GatedThreadPool``, and the loops of its own threads) waits there
+  raycompile's thread pools, ``GatedThreadPool``, and the loops of its own threads; and Inductor's
+  compile pool's reader after each result it receives, ``subproc_results_parked``) waits there
   until the timing ends (at most ``PARK_S``);
 - ``ran_python()`` tells which other threads ran Python during a timing (their innermost frames
   moved): a thread mid-task when the timing began. The timer takes such a timing again, once the

@@ -155,3 +155,36 @@ def test_without_quiet_timings_a_contended_timing_is_only_counted() -> None:
         t.join(timeout=10)
     snap = stats.snapshot()
     assert calls[0] == 1 and snap["driver_timings_contended"] == 1 and snap["driver_timings_retaken"] == 0
+
+
+def test_inductors_compile_pool_sets_no_result_while_a_timing_is_held() -> None:
+    """The compile pool's reader thread (Inductor's ``SubprocPool``: not raycompile's) parks after
+    it receives a worker's result, before it unpickles it and wakes whoever waits on it
+    (``subproc_results_parked``), and goes on when the timing ends."""
+    import operator
+
+    from torch._inductor.compile_worker.subproc_pool import SubprocPool
+
+    from raycompile.wrapper.compat.autotune import subproc_results_parked
+
+    pool = SubprocPool(1)  # Inductor's own compile workers
+    try:
+        assert pool.submit(operator.add, 1, 2).result(timeout=120) == 3  # the worker is up
+        with subproc_results_parked(QUIET.checkpoint):
+            # the reader was already waiting inside stock's _recv_msg: its next message returns
+            # through it, and the reader calls the seam's from then on
+            assert pool.submit(operator.add, 0, 1).result(timeout=30) == 1
+            parked = QUIET.parked
+            with QUIET.holding():
+                future = pool.submit(operator.add, 2, 3)
+                time.sleep(2.0)  # the worker answered long since; its result waits for the timing to end
+                assert not future.done()
+                released = time.monotonic()
+            assert future.result(timeout=30) == 5 and time.monotonic() >= released
+            assert QUIET.parked == parked + 1
+            assert pool.submit(operator.add, 3, 4).result(timeout=30) == 7  # no timing: at once
+    finally:
+        pool.shutdown()
+    import torch._inductor.compile_worker.subproc_pool as subproc_pool
+
+    assert subproc_pool._recv_msg.__module__ == subproc_pool.__name__  # stock's again

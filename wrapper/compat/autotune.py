@@ -44,6 +44,9 @@ SEAMS: Seams = {
         "torch._inductor.runtime.triton_heuristics", "CachingAutotuner.autotune_to_one_config"),
     "triton_heuristics.user_autotune": ("torch._inductor.runtime.triton_heuristics", "user_autotune"),
     "benchmarker.benchmark_gpu": ("torch._inductor.runtime.benchmarking", "benchmarker.benchmark_gpu"),
+    # the compile pool's reader thread receives each worker's result with it (a module global that
+    # SubprocPool._read_thread looks up at each call), then unpickles it and sets its future
+    "subproc_pool._recv_msg": ("torch._inductor.compile_worker.subproc_pool", "_recv_msg"),
     "rand_strided": ("torch._dynamo.testing", "rand_strided"),
 }
 
@@ -215,6 +218,30 @@ def driver_timing_held(timed: Timed) -> Iterator[None]:
             benchmarker.benchmark_gpu = saved
         else:
             del benchmarker.benchmark_gpu
+
+
+@contextlib.contextmanager
+def subproc_results_parked(park: Callable[[], None]) -> Iterator[None]:
+    """Inductor's compile pool (``SubprocPool``) takes each worker's result on a thread of its own
+    (``_read_thread``: ``_recv_msg``, then the result unpickled and its future set, which wakes the
+    thread waiting for it). Each message received passes ``park()`` before that Python runs (the
+    farm's quiet timings: ``QUIET.checkpoint``, which returns at once unless this process is timing
+    a kernel); every pool's reader while inside (a reader already waiting in stock's ``_recv_msg``
+    returns its next message through stock's, and calls this one from then on). Restored on exit."""
+    from torch._inductor.compile_worker import subproc_pool
+
+    stock = subproc_pool.__dict__["_recv_msg"]
+
+    def _recv_msg(*args: Any, **kwargs: Any) -> Any:
+        received = stock(*args, **kwargs)
+        park()
+        return received
+
+    subproc_pool._recv_msg = _recv_msg
+    try:
+        yield
+    finally:
+        subproc_pool._recv_msg = stock
 
 
 def stock_tuning_pool() -> Callable[[], Any]:
