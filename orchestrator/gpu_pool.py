@@ -81,6 +81,7 @@ class GPUPool:
         self._starting = threading.Lock()  # one start at a time
         self._busy: set[int] = set()  # ids of actors timing a job (runs may overlap: threads)
         self._held: dict[str, int] = {}  # GPU uuid -> holders (hold): its actors take no job
+        self._held_by: dict[str, dict[int, int]] = {}  # GPU uuid -> thread ident -> its holds
         self._here: str | None = None  # this process's GPU uuid ("" without one), found once
         self._free = threading.Condition(self._lock)
         self._prestart: threading.Thread | None = None
@@ -242,6 +243,11 @@ class GPUPool:
                     for i in queue:  # every actor of the group is gone
                         results[i] = Timing(work[i][0].index, INF, f"no GPU worker of {group} is left")
                     queue = []
+                elif queue and self._held_by_me(members):  # none frees while this thread times here
+                    for i in queue:  # (a kernel's first run inside a timing of its own): its caller times them
+                        results[i] = Timing(work[i][0].index, INF, "every GPU worker of the group is on the GPU "
+                                            "this thread is timing on")
+                    queue = []
                 continue
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
             for ref in ready:
@@ -272,8 +278,11 @@ class GPUPool:
             return
         limit = self.job_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit
+        me = threading.get_ident()
         with self._lock:
             self._held[uuid] = self._held.get(uuid, 0) + 1
+            mine = self._held_by.setdefault(uuid, {})
+            mine[me] = mine.get(me, 0) + 1
             while any(a.uuid == uuid and id(a) in self._busy for a in self._actors or []):
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -288,6 +297,12 @@ class GPUPool:
                 self._held[uuid] -= 1
                 if not self._held[uuid]:
                     del self._held[uuid]
+                mine = self._held_by.get(uuid, {})
+                mine[me] = mine.get(me, 1) - 1
+                if mine[me] <= 0:
+                    mine.pop(me, None)
+                if not mine:
+                    self._held_by.pop(uuid, None)
                 self._free.notify_all()
 
     def hold_here(self) -> contextlib.AbstractContextManager[None]:
@@ -310,6 +325,13 @@ class GPUPool:
         with self._lock:
             return [a for a in members if a in (self._actors or [])]
 
+    def _held_by_me(self, members: list[_Actor]) -> bool:
+        """Whether every live actor of ``members`` is on a GPU that this thread holds (``hold``)."""
+        me = threading.get_ident()
+        with self._lock:
+            alive = [a for a in members if a in (self._actors or [])]
+            return bool(alive) and all(self._held_by.get(a.uuid, {}).get(me) for a in alive)
+
     def _take(self, members: list[_Actor], block: bool) -> _Actor | None:
         while True:
             with self._lock:
@@ -321,7 +343,7 @@ class GPUPool:
                         if id(a) not in self._busy and a.uuid not in self._held:  # held meanwhile: skip
                             self._busy.add(id(a))
                             return a
-            if not block or not alive:
+            if not block or not alive or self._held_by_me(members):
                 return None
             with self._lock:
                 self._free.wait(timeout=0.2)

@@ -25,9 +25,10 @@ Part of the base layer: every layer's threads check in here.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -41,9 +42,11 @@ class Quiet:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._holders: dict[int, int] = {}  # thread ident -> depth of its holding()
+        self._ended = 0  # timings ended (all holders gone): a parked thread goes on at the next
         self.parked = 0  # checkpoints that waited (tests, debugging)
+        self.tasks = 0  # gated tasks begun: one begun and done within a timing moves no frame it leaves
 
-    def holding(self) -> _Held:
+    def holding(self) -> contextlib.AbstractContextManager[None]:
         """A context manager: this thread times something; checkpoints of other threads wait."""
         return _Held(self)
 
@@ -52,21 +55,43 @@ class Quiet:
 
     def checkpoint(self, timeout: float = PARK_S) -> None:
         """Where a background thread may hold still: returns at once unless another thread is
-        timing, else when that timing ends (or after ``timeout`` s)."""
+        timing, else when that timing ends (or after ``timeout`` s). A thread woken by the end of
+        one timing goes on, though the next may have begun before it ran: timings back to back
+        (a kernel's configs, coordinate descent's sweeps) would otherwise hold it to the time-out."""
         if not self._holders:  # the common case: no lock taken
             return
         me = threading.get_ident()
         with self._cond:
             if me in self._holders or not self._holders:
                 return
+            ended = self._ended
             self.parked += 1
-            self._cond.wait_for(lambda: not self._holders, timeout=timeout)
+            self._cond.wait_for(lambda: self._ended != ended, timeout=timeout)
+
+    @contextlib.contextmanager
+    def released(self) -> Iterator[None]:
+        """This thread's timing let go of while inside: a kernel's first run inside a timing (a
+        subgraph choice, a multi-kernel's sub-kernels) tunes that kernel, whose compiles and turns
+        need the threads a timing parks. Its own timings hold again; the timing around it sees the
+        others run, and is taken again."""
+        me = threading.get_ident()
+        with self._cond:
+            depth = self._holders.pop(me, 0)
+            if depth:
+                self._ended_if_none()
+        try:
+            yield
+        finally:
+            if depth:
+                with self._cond:
+                    self._holders[me] = self._holders.get(me, 0) + depth
 
     def gated(self, fn: Callable[..., T]) -> Callable[..., T]:
         """``fn`` that first passes a checkpoint (a task submitted to a thread pool)."""
 
         def run(*args: Any, **kwargs: Any) -> T:
             self.checkpoint()
+            self.tasks += 1
             return fn(*args, **kwargs)
 
         return run
@@ -84,8 +109,12 @@ class Quiet:
                 self._holders[me] = depth
             else:
                 self._holders.pop(me, None)
-                if not self._holders:
-                    self._cond.notify_all()
+                self._ended_if_none()
+
+    def _ended_if_none(self) -> None:  # with self._cond
+        if not self._holders:
+            self._ended += 1
+            self._cond.notify_all()
 
 
 class _Held:
@@ -103,14 +132,19 @@ QUIET = Quiet()
 
 
 Frames = dict[int, tuple[Any, int]]
+TASKS = -1  # the key of frames() under which it keeps QUIET.tasks
 
 
 def frames() -> Frames:
     """Every other thread's innermost Python frame and its last instruction. The frame objects are
     kept (so none is freed and its address reused): a thread that returned and called again, back
-    to the same line, has another frame."""
+    to the same line, has another frame. A thread pool's idle worker waits in C, in the frame of its
+    loop, and comes back to the same frame and instruction after a task: the gated tasks begun
+    are kept too (``TASKS``); an ungated pool's task begun and done within is not seen."""
     me = threading.get_ident()
-    return {ident: (frame, frame.f_lasti) for ident, frame in sys._current_frames().items() if ident != me}
+    out: Frames = {ident: (frame, frame.f_lasti) for ident, frame in sys._current_frames().items() if ident != me}
+    out[TASKS] = (None, QUIET.tasks)
+    return out
 
 
 def ran_python(before: Frames, after: Frames | None = None) -> list[str]:
@@ -120,7 +154,11 @@ def ran_python(before: Frames, after: Frames | None = None) -> list[str]:
     after = frames() if after is None else after
     names = {t.ident: t.name for t in threading.enumerate()}
     moved = []
+    if before.get(TASKS, (None, 0))[1] != after.get(TASKS, (None, 0))[1]:
+        moved.append("a gated task")
     for ident, (frame, lasti) in after.items():
+        if ident == TASKS:
+            continue
         was = before.get(ident)
         if was is None or was[0] is not frame or was[1] != lasti:
             moved.append(names.get(ident, f"thread {ident}"))

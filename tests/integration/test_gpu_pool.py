@@ -156,6 +156,15 @@ class TestPool:
             timings = pool.run(jobs(CONFIGS[:4], "triton_poi_held_1"), A)
         assert {t.gpu for t in timings} == {other.gpu}
         assert {t.gpu for t in pool.run(jobs(CONFIGS, "triton_poi_held_2"), A)} == {held.gpu, other.gpu}
+        # every GPU of the group held by this very thread (a kernel's first run, with configs sent to
+        # the actors, inside a timing of its own): no actor can free, so its jobs fail at once,
+        # and the caller times them itself, rather than waiting forever
+        t0 = time.monotonic()
+        with pool.hold(held.uuid), pool.hold(other.uuid):
+            stuck = pool.run(jobs(CONFIGS[:2], "triton_poi_held_3"), A)
+        assert [t.ms for t in stuck] == [INF, INF] and "this thread is timing on" in stuck[0].error
+        assert time.monotonic() - t0 < 60
+        assert {t.gpu for t in pool.run(jobs(CONFIGS[:2], "triton_poi_held_4"), A)} <= {held.gpu, other.gpu}
 
 
 @pytest.mark.extended  # left out of CI's run (docs/testing.md): a timing edge of the pool's start

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
-from ...observe.quiet import GatedThreadPool
+from ...observe.quiet import QUIET, GatedThreadPool
 from ._base import Seams
 from .autotuner import _kernel_loaded, autotuner_source, coordesc_eligible, descends_from_one, kernel_configs
 
@@ -409,6 +409,10 @@ def coordesc_prefetched(workers: int, counted: Callable[[int], None], processes:
     active = COORDESC_ACTIVE
 
     def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        with QUIET.released():  # a first run inside a timing: its candidates come from the parked threads
+            return _coordinate_descent_tuning(self, launcher, *args, **kwargs)
+
+    def _coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
         tuner = getattr(self, "coordesc_tuner", None)
         if (not coordesc_first_sweep(self, launcher.config) or "_precompile_config" in self.__dict__
                 or id(tuner) in active or not _kernel_loaded(self)):

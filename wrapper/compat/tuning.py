@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ...observe.quiet import QUIET
 from ._base import Seams
 from .autotuner import (
     _config_matches,
@@ -277,6 +278,10 @@ def tuning_in_turns(take: Callable[[str], Any], adopted: Callable[[str, float], 
             return None
 
     def autotune_to_one_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with QUIET.released():  # a first run inside a timing: the turn's waits need the parked threads
+            return _autotune_to_one_config(self, *args, **kwargs)
+
+    def _autotune_to_one_config(self: Any, *args: Any, **kwargs: Any) -> Any:
         turn = turn_of(self)
         if turn is None or not turn.held:  # no turn here, or a wait that gave up: tuned here whole
             self.__dict__[_TUNED_HERE] = True
@@ -303,6 +308,10 @@ def tuning_in_turns(take: Callable[[str], Any], adopted: Callable[[str, float], 
                 turn.release(done=ok)
 
     def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        with QUIET.released():
+            return _coordinate_descent_tuning(self, launcher, *args, **kwargs)
+
+    def _coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
         held = self.__dict__.pop(_TURN, None)
         if held is None and (not _descends(self) or self.__dict__.pop(_ALONE, False)):
             # nothing to tune (templates' timing runs: no turn), or this process gave up waiting
