@@ -402,8 +402,8 @@ def test_every_timing_in_the_driver_holds_the_actors_on_its_gpu() -> None:
 
     from torch._inductor.runtime.benchmarking import benchmarker
 
+    from raycompile.observe.quiet import QuietTimer
     from raycompile.wrapper.compat.autotune import driver_timing_held
-    from raycompile.wrapper.gpu_autotune import QuietTimer
 
     events: list[str] = []
 

@@ -1,4 +1,4 @@
-"""Quiet timings (``raycompile/observe/quiet.py``, ``QuietTimer`` in ``wrapper/gpu_autotune.py``):
+"""Quiet timings (``raycompile/observe/quiet.py``, its ``QuietTimer`` called by the adapter's seam):
 while the driver times a kernel, raycompile's threads park at their checkpoints, and a timing that
 another thread ran Python through is taken again once they have parked.
 
@@ -10,9 +10,8 @@ from __future__ import annotations
 import threading
 import time
 
-from raycompile.observe.quiet import QUIET, GatedThreadPool, Quiet, frames, ran_python
+from raycompile.observe.quiet import QUIET, GatedThreadPool, Quiet, QuietTimer, frames, ran_python
 from raycompile.observe.stats import Stats
-from raycompile.wrapper.gpu_autotune import QuietTimer
 
 
 def test_a_task_submitted_to_a_gated_pool_while_a_timing_is_held_starts_after_it() -> None:

@@ -50,8 +50,6 @@ SEAMS: Seams = {
     "rand_strided": ("torch._dynamo.testing", "rand_strided"),
 }
 
-# a context manager factory: while inside, no actor times on this process's GPU (GPUPool.hold_here)
-Hold = Callable[[], contextlib.AbstractContextManager[None]]
 # timed(call) -> call()'s timing, taken as the farm takes this process's own timings (QuietTimer)
 Timed = Callable[[Callable[[], Any]], Any]
 
