@@ -194,9 +194,8 @@ class QuietTimer:
     """Each GPU timing this process takes (``driver_timing_held``'s ``timed``): the GPU actors on
     this GPU hold (``hold``), and, with ``quiet``, raycompile's threads park at their checkpoints
     (``QUIET``). A timing during which another thread ran Python (one mid-task when it began) may
-    include waits for the GIL, so it is taken again, the threads now parked, and the smaller of
-    the two kept: a wait only ever adds time, and stock times with nothing else running. If the
-    second was contended too and the two differ by more than ``DISAGREE``, a third is taken.
+    include waits for the GIL, so it is taken again, the threads now parked (``_again``: stock times
+    with nothing else running).
 
     On the GPT-2 step's max-autotune (H200, 2026-11-29, ``benchmarks/ranks.py``): 177 of 361
     timings here were contended, mostly by threads that woke from a wait (a compile worker's
