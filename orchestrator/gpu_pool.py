@@ -80,8 +80,8 @@ class GPUPool:
         self._lock = threading.Lock()  # actors are handed out under it (never held while they start)
         self._starting = threading.Lock()  # one start at a time
         self._busy: set[int] = set()  # ids of actors timing a job (runs may overlap: threads)
-        self._held: dict[str, int] = {}  # GPU uuid -> holders (hold): its actors take no job
-        self._held_by: dict[str, dict[int, int]] = {}  # GPU uuid -> thread ident -> its holds
+        # GPU uuid -> thread ident -> its holds (hold): a GPU in here has actors that take no job
+        self._held: dict[str, dict[int, int]] = {}
         self._here: str | None = None  # this process's GPU uuid ("" without one), found once
         self._free = threading.Condition(self._lock)
         self._prestart: threading.Thread | None = None
@@ -280,9 +280,8 @@ class GPUPool:
         deadline = time.monotonic() + limit
         me = threading.get_ident()
         with self._lock:
-            self._held[uuid] = self._held.get(uuid, 0) + 1
-            mine = self._held_by.setdefault(uuid, {})
-            mine[me] = mine.get(me, 0) + 1
+            holds = self._held.setdefault(uuid, {})
+            holds[me] = holds.get(me, 0) + 1
             while any(a.uuid == uuid and id(a) in self._busy for a in self._actors or []):
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -294,15 +293,12 @@ class GPUPool:
             yield
         finally:
             with self._lock:
-                self._held[uuid] -= 1
-                if not self._held[uuid]:
+                holds = self._held[uuid]
+                holds[me] -= 1
+                if not holds[me]:
+                    del holds[me]
+                if not holds:
                     del self._held[uuid]
-                mine = self._held_by.get(uuid, {})
-                mine[me] = mine.get(me, 1) - 1
-                if mine[me] <= 0:
-                    mine.pop(me, None)
-                if not mine:
-                    self._held_by.pop(uuid, None)
                 self._free.notify_all()
 
     def hold_here(self) -> contextlib.AbstractContextManager[None]:
@@ -330,7 +326,7 @@ class GPUPool:
         me = threading.get_ident()
         with self._lock:
             alive = [a for a in members if a in (self._actors or [])]
-            return bool(alive) and all(self._held_by.get(a.uuid, {}).get(me) for a in alive)
+            return bool(alive) and all(self._held.get(a.uuid, {}).get(me) for a in alive)
 
     def _take(self, members: list[_Actor], block: bool) -> _Actor | None:
         while True:
